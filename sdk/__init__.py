@@ -1,0 +1,55 @@
+"""Steadyflow: durable execution for Python.
+
+A flow is a plain ``async def`` decorated with `flow`; its `step` calls and
+`wait_for` / `sleep` awaits are journaled in Redis, so a run that is executed
+again (after a crash, a deploy, a signal, a timer) skips what it already did.
+
+    from sdk import flow, step, sleep
+
+    @step
+    async def send(to: str) -> str: ...
+
+    @flow
+    async def onboard(user: str) -> None:
+        await send(user)
+        await sleep(86400)
+        await send(user)
+"""
+
+from sdk._client import Authorizer, Client, RunHandle
+from sdk._clock import Clock, SystemClock
+from sdk._context import RunContext, StepContext, current_run, current_step
+from sdk._primitives import now, sleep, sleep_until, uuid4, wait_for
+from sdk._registry import flow
+from sdk._retry import RetryPolicy
+from sdk._step import step
+from sdk._types import Decision, ErrorInfo, Reason, RunRecord, RunStatus
+from sdk._worker import Worker
+
+__all__ = [
+    "Authorizer",
+    "Client",
+    "Clock",
+    "Decision",
+    "ErrorInfo",
+    "Reason",
+    "RetryPolicy",
+    "RunContext",
+    "RunHandle",
+    "RunRecord",
+    "RunStatus",
+    "StepContext",
+    "SystemClock",
+    "Worker",
+    "current_run",
+    "current_step",
+    "flow",
+    "now",
+    "sleep",
+    "sleep_until",
+    "step",
+    "uuid4",
+    "wait_for",
+]
+
+__version__ = "0.1.0"

@@ -1,0 +1,503 @@
+"""One activation: a worker executing a flow function from the top against its journal.
+
+Every intercepted call (a step, a wait, a sleep, ``now``, ``uuid4``) gets a
+step key and a *position* synchronously when it is made. A call whose key has
+a completed record returns the recorded value; a call without one runs and is
+recorded with one fenced write. A call that must wait registers a pending
+wait and raises `_Suspend`; when the flow has stopped, in-flight steps are
+settled and one script parks the run (re-checking the mailboxes, so a signal
+that landed meanwhile is not lost).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Coroutine
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from sdk._clock import Clock
+from sdk._context import RunContext, StepContext, _run_var, _step_var
+from sdk._journal import Journal, Kind, Record, State
+from sdk._retry import RetryPolicy
+from sdk._serde import (
+    converter,
+    decode_value,
+    dumps,
+    encode_exception,
+    encode_value,
+    loads,
+    rebuild_exception,
+    type_path,
+)
+from sdk._types import Decision, ErrorInfo, Reason, RunStatus
+from sdk.errors import LeaseLost, NonDeterminismError, SerializationError, WaitTimeout
+
+if TYPE_CHECKING:
+    from sdk._registry import FlowDef
+    from stores._protocol import Store, StoredRun
+
+__all__ = ["Activation", "Engine", "StepSpec"]
+
+log = logging.getLogger("steadyflow.worker")
+
+_TOKEN = object()
+_STEP_TAG = "__steadyflow_step__"
+
+
+class _Suspend(BaseException):
+    """Parks the run. A BaseException, so ``except Exception`` cannot swallow it.
+
+    Only the engine can construct it.
+    """
+
+    def __init__(self, token: object) -> None:
+        if token is not _TOKEN:
+            raise TypeError("the suspension signal is raised by Steadyflow only")
+        super().__init__("run suspended (waiting); this is not an error")
+
+
+class _Crash(BaseException):
+    """A simulated process death (testing): the activation stops writing at once."""
+
+    def __init__(self, token: object, key: str) -> None:
+        if token is not _TOKEN:
+            raise TypeError("simulated crashes come from FlowTestEnv.crash_at only")
+        super().__init__(f"simulated crash at {key!r}")
+
+
+@attrs.define
+class Engine:
+    """What every activation of a worker shares."""
+
+    store: Store
+    clock: Clock
+    owner: str
+    inline_backoff_max: float = 1.0
+    settle_timeout: float = 30.0
+    crash_points: dict[str, str] = attrs.field(factory=dict)  # step key -> "before"|"after"
+
+
+@attrs.define
+class StepSpec:
+    """A decorated step's options."""
+
+    name: str
+    retry: RetryPolicy | None
+    replay: str
+    fn: Callable[..., Any]
+    _rtype: Any = None
+    _rtype_done: bool = False
+
+    def return_type(self) -> Any:
+        if not self._rtype_done:
+            from sdk._serde import return_type
+
+            self._rtype = return_type(self.fn)
+            self._rtype_done = True
+        return self._rtype
+
+
+@attrs.define
+class _Pending:
+    key: str
+    record: str | None  # pending record to write with the suspension
+    mailbox: str | None
+    deadline: float | None
+    human: bool
+
+
+def _tag(exc: BaseException, key: str, reason: str) -> BaseException:
+    with contextlib.suppress(AttributeError, TypeError):  # exotic exception types
+        setattr(exc, _STEP_TAG, (key, reason))
+    return exc
+
+
+class Activation:
+    """Executes one claimed run once."""
+
+    def __init__(self, engine: Engine, stored: StoredRun, journal: Journal, flow: FlowDef) -> None:
+        self.engine = engine
+        self.store = engine.store
+        self.clock = engine.clock
+        self.stored = stored
+        self.run_id = stored.record.run_id
+        self.fence = stored.fence
+        self.journal = journal
+        self.flow = flow
+        self.context = RunContext(self)
+        self.suspending = False
+        self.crashed = False
+        self.fatal: LeaseLost | NonDeterminismError | None = None
+        self._pos = 0
+        self._counts: dict[str, int] = {}
+        self._pending: list[_Pending] = []
+        self._in_step: set[asyncio.Task[Any]] = set()
+
+    # -- keys and positions ------------------------------------------------------
+
+    @property
+    def is_replaying(self) -> bool:
+        return self._pos <= self.journal.last_pos
+
+    def alloc(self, name: str) -> tuple[str, int]:
+        """Next key for `name` and next position; synchronous, so gather is deterministic."""
+        n = self._counts.get(name, 0) + 1
+        self._counts[name] = n
+        pos = self._pos
+        self._pos = pos + 1
+        return f"{name}#{n}", pos
+
+    def check(self, key: str, pos: int) -> Record | None:
+        """The record for this call, or None; `NonDeterminismError` if the journal disagrees."""
+        rec = self.journal.by_pos.get(pos)
+        if rec is not None:
+            if rec.key != key:
+                raise self._diverged(pos, rec.key, key)
+            return rec
+        if key in self.journal.by_key:
+            raise self._diverged(pos, None, key)
+        return None
+
+    def _diverged(self, pos: int, recorded: str | None, called: str) -> NonDeterminismError:
+        err = NonDeterminismError(self.run_id, pos, recorded, called)
+        if self.fatal is None:
+            self.fatal = err
+        self.suspending = True
+        return err
+
+    def _suspend(self) -> _Suspend:
+        self.suspending = True
+        return _Suspend(_TOKEN)
+
+    def _maybe_crash(self, key: str, when: str) -> None:
+        points = self.engine.crash_points
+        if points.get(key) == when:
+            del points[key]
+            self.crashed = True
+            self.suspending = True
+            raise _Crash(_TOKEN, key)
+
+    async def _write(self, rec: Record) -> None:
+        if self.crashed:
+            raise _Crash(_TOKEN, rec.key)
+        try:
+            await self.store.record(self.run_id, self.fence, rec.key, rec.to_json())
+        except LeaseLost as exc:
+            if self.fatal is None:
+                self.fatal = exc
+            self.suspending = True
+            raise
+        self.journal.put(rec)
+
+    # -- steps --------------------------------------------------------------------
+
+    def step_call(
+        self, spec: StepSpec, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Coroutine[Any, Any, Any]:
+        key, pos = self.alloc(spec.name)
+        return self._step(spec, args, kwargs, key, pos)
+
+    async def _step(
+        self, spec: StepSpec, args: tuple[Any, ...], kwargs: dict[str, Any], key: str, pos: int
+    ) -> Any:
+        rec = self.check(key, pos)
+        attempts = 0
+        if rec is not None:
+            if rec.state is State.OK:
+                return decode_value(rec.value, spec.return_type(), rec.type, _what(key))
+            if rec.state is State.FAILED:
+                raise _tag(rebuild_exception(rec.error or {}, key), key, rec.reason or "")
+            attempts = rec.attempts  # State.RETRY: the budget survives crashes
+            if rec.due is not None and self.clock.time() < rec.due:
+                self._pending.append(_Pending(key, None, None, rec.due, False))
+                raise self._suspend()
+        policy = spec.retry or self.flow.retry
+        task = asyncio.current_task()
+        while True:
+            if self.suspending:
+                raise self._suspend()
+            self._maybe_crash(key, "before")
+            if task is not None:
+                self._in_step.add(task)
+            token = _step_var.set(
+                StepContext(self.run_id, key, attempts + 1, f"{self.run_id}:{key}")
+            )
+            try:
+                value = spec.fn(*args, **kwargs)
+                if isinstance(value, Awaitable):
+                    value = await value
+            except Exception as exc:
+                _step_var.reset(token)
+                if task is not None:
+                    self._in_step.discard(task)
+                if self.crashed:
+                    raise _Crash(_TOKEN, key) from None
+                attempts += 1
+                delay = await self._failed(key, pos, exc, attempts, policy)
+                if delay is None:
+                    raise
+                if delay > self.engine.inline_backoff_max:
+                    self._pending.append(
+                        _Pending(key, None, None, self.clock.time() + delay, False)
+                    )
+                    raise self._suspend() from None
+                await asyncio.sleep(delay)
+                continue
+            _step_var.reset(token)
+            if task is not None:
+                self._in_step.discard(task)
+            self._maybe_crash(key, "after")
+            try:
+                data, tpath = encode_value(value, spec.return_type(), _what(key))
+            except SerializationError as exc:
+                await self._write(
+                    Record(key, pos, Kind.STEP, State.FAILED, error=encode_exception(exc),
+                           reason=Reason.SERIALIZATION_ERROR.value, attempts=attempts + 1)
+                )  # fmt: skip
+                raise _tag(exc, key, Reason.SERIALIZATION_ERROR.value) from None
+            await self._write(
+                Record(key, pos, Kind.STEP, State.OK, value=data, type=tpath, attempts=attempts)
+            )
+            return value
+
+    async def _failed(
+        self, key: str, pos: int, exc: Exception, attempts: int, policy: RetryPolicy | None
+    ) -> float | None:
+        """Record a failed attempt; the backoff delay if it will be retried, else None."""
+        if isinstance(exc, (LeaseLost, NonDeterminismError)) and exc is self.fatal:
+            return None  # not the step's failure: the activation is over
+        error = encode_exception(exc)
+        if policy is None:
+            verdict: Reason | None = Reason.STEP_FAILED
+        else:
+            verdict = policy.verdict(exc, attempts, self.journal.failures() + 1)
+        if verdict is not None:
+            await self._write(
+                Record(key, pos, Kind.STEP, State.FAILED, error=error, reason=verdict.value,
+                       attempts=attempts)
+            )  # fmt: skip
+            _tag(exc, key, verdict.value)
+            return None
+        assert policy is not None
+        delay = policy.delay(attempts)
+        due = self.clock.time() + delay
+        await self._write(
+            Record(key, pos, Kind.STEP, State.RETRY, error=error, attempts=attempts, due=due)
+        )
+        log.info(
+            "run %s: step %s failed (attempt %d: %s); retrying in %.3fs",
+            self.run_id, key, attempts, type(exc).__name__, delay,
+        )  # fmt: skip
+        return delay
+
+    # -- waits, sleeps, values -------------------------------------------------
+
+    def wait(self, name: str, timeout: float | None, human: bool) -> Coroutine[Any, Any, Any]:
+        key, pos = self.alloc(f"~wait:{name}")
+        return self._wait(key, pos, name, timeout, human)
+
+    async def _wait(self, key: str, pos: int, name: str, timeout: float | None, human: bool) -> Any:
+        rec = self.check(key, pos)
+        if rec is not None and rec.state is State.OK:
+            return self._payload(rec.value, human, key)
+        if rec is not None and rec.state is State.TIMEOUT:
+            raise _tag(WaitTimeout(name, key), key, Reason.FLOW_ERROR.value)
+        if rec is not None:
+            deadline = rec.due
+        else:
+            deadline = None if timeout is None else self.clock.time() + timeout
+        mailbox = ("h:" if human else "s:") + name
+        if not self.suspending:
+            if self.crashed:
+                raise _Crash(_TOKEN, key)
+            try:
+                code, payload = await self.store.consume(
+                    self.run_id, self.fence, key, mailbox, self.clock.time(), deadline,
+                    Record(key, pos, Kind.WAIT, State.OK).splice_prefix(),
+                    Record(key, pos, Kind.WAIT, State.TIMEOUT, due=deadline).to_json(),
+                )  # fmt: skip
+            except LeaseLost as exc:
+                if self.fatal is None:
+                    self.fatal = exc
+                self.suspending = True
+                raise
+            if code == 1:
+                value = loads(payload or "null")
+                self.journal.put(Record(key, pos, Kind.WAIT, State.OK, value=value))
+                return self._payload(value, human, key)
+            if code == 2:
+                self.journal.put(Record(key, pos, Kind.WAIT, State.TIMEOUT, due=deadline))
+                raise _tag(WaitTimeout(name, key), key, Reason.FLOW_ERROR.value)
+        pending = Record(key, pos, Kind.WAIT, State.PENDING, due=deadline)
+        self._pending.append(_Pending(key, pending.to_json(), mailbox, deadline, human))
+        raise self._suspend()
+
+    def _payload(self, value: Any, human: bool, key: str) -> Any:
+        if human:
+            return decode_value(value, Decision, None, f"decision at {key!r}")
+        return value
+
+    def sleep_until(
+        self, deadline: float | None, duration: float | None
+    ) -> Coroutine[Any, Any, None]:
+        key, pos = self.alloc("~sleep")
+        return self._sleep(key, pos, deadline, duration)
+
+    async def _sleep(
+        self, key: str, pos: int, deadline: float | None, duration: float | None
+    ) -> None:
+        rec = self.check(key, pos)
+        if rec is not None and rec.state is State.OK:
+            return
+        if rec is not None:
+            due = rec.due or 0.0
+        elif deadline is not None:
+            due = deadline
+        else:
+            due = self.clock.time() + (duration or 0.0)
+        if self.suspending:
+            raise self._suspend()
+        if self.clock.time() >= due:
+            await self._write(Record(key, pos, Kind.SLEEP, State.OK, due=due))
+            return
+        pending = Record(key, pos, Kind.SLEEP, State.PENDING, due=due)
+        self._pending.append(_Pending(key, pending.to_json(), None, due, False))
+        raise self._suspend()
+
+    async def _value(self, key: str, pos: int, kind: Kind, make: Callable[[], str]) -> str:
+        """A journaled value (``now``, ``uuid4``): made once, replayed after."""
+        rec = self.check(key, pos)
+        if rec is not None and rec.state is State.OK:
+            return str(rec.value)
+        if self.suspending:
+            raise self._suspend()
+        value = make()
+        await self._write(Record(key, pos, kind, State.OK, value=value))
+        return value
+
+    def now(self) -> Coroutine[Any, Any, datetime]:
+        key, pos = self.alloc("~now")
+        return self._now(key, pos)
+
+    async def _now(self, key: str, pos: int) -> datetime:
+        text = await self._value(key, pos, Kind.NOW, lambda: self.clock.now().isoformat())
+        return datetime.fromisoformat(text)
+
+    def uuid4(self) -> Coroutine[Any, Any, uuid.UUID]:
+        key, pos = self.alloc("~uuid4")
+        return self._uuid4(key, pos)
+
+    async def _uuid4(self, key: str, pos: int) -> uuid.UUID:
+        return uuid.UUID(await self._value(key, pos, Kind.UUID, lambda: str(uuid.uuid4())))
+
+    # -- the activation as a whole ----------------------------------------------
+
+    async def execute(self) -> None:
+        """Run the flow from the top and write its outcome (finish or suspend)."""
+        token = _run_var.set(self)
+        ok = False
+        result: Any = None
+        failure: Exception | None = None
+        try:
+            args, kwargs = self.flow.decode_args(self.stored.args)
+            result = await self.flow.fn(*args, **kwargs)
+            ok = True
+        except _Suspend:
+            pass
+        except _Crash:
+            self.crashed = True
+        except Exception as exc:
+            failure = exc
+        finally:
+            _run_var.reset(token)
+        await self._settle()
+        if self.crashed:
+            log.warning("run %s: simulated crash; the lease is left to expire", self.run_id)
+            return
+        try:
+            await self._conclude(ok, result, failure)
+        except LeaseLost as exc:
+            self.fatal = exc
+        if isinstance(self.fatal, LeaseLost):
+            log.warning(
+                "run %s: lease lost (another worker owns it now, or it was canceled); "
+                "this worker stopped writing: %s", self.run_id, self.fatal,
+            )  # fmt: skip
+
+    async def _settle(self) -> None:
+        """Let steps already running finish (and record) before the lease goes."""
+        self.suspending = True
+        me = asyncio.current_task()
+        running = [t for t in self._in_step if t is not me and not t.done()]
+        if running:
+            _, late = await asyncio.wait(running, timeout=self.engine.settle_timeout)
+            for t in late:
+                t.cancel()
+
+    async def _conclude(self, ok: bool, result: Any, failure: Exception | None) -> None:
+        if isinstance(self.fatal, LeaseLost):
+            return
+        if isinstance(self.fatal, NonDeterminismError):
+            err = self.fatal
+            await self._finish_failed(
+                ErrorInfo(type_path(type(err)), str(err), err.called, Reason.NON_DETERMINISM.value)
+            )
+            return
+        if self._pending and failure is None:
+            await self._park()
+            return
+        if failure is not None:
+            key, reason = getattr(failure, _STEP_TAG, (None, Reason.FLOW_ERROR.value))
+            if isinstance(failure, SerializationError) and key is None:
+                reason = Reason.SERIALIZATION_ERROR.value
+            await self._finish_failed(
+                ErrorInfo(type_path(type(failure)), str(failure), key, reason)
+            )
+            return
+        if not ok:  # suspended without a pending wait: a swallowed divergence
+            return
+        try:
+            data, tpath = encode_value(
+                result, self.flow.return_type(), f"result of flow {self.flow.name!r}"
+            )
+        except SerializationError as exc:
+            await self._finish_failed(
+                ErrorInfo(type_path(type(exc)), str(exc), None, Reason.SERIALIZATION_ERROR.value)
+            )
+            return
+        fields = {"result": dumps(data)}
+        if tpath:
+            fields["result_type"] = tpath
+        await self.store.finish(
+            self.run_id, self.fence, RunStatus.COMPLETED, self.clock.time(), fields
+        )
+
+    async def _finish_failed(self, error: ErrorInfo) -> None:
+        await self.store.finish(
+            self.run_id, self.fence, RunStatus.FAILED, self.clock.time(),
+            {"error": dumps(converter.unstructure(error)), "reason": error.reason or ""},
+        )  # fmt: skip
+
+    async def _park(self) -> None:
+        deadlines = [p.deadline for p in self._pending if p.deadline is not None]
+        human = any(p.human for p in self._pending)
+        status = RunStatus.WAITING_FOR_HUMAN if human else RunStatus.WAITING_FOR_SIGNAL
+        records = [(p.key, p.record) for p in self._pending if p.record is not None]
+        mailboxes = sorted({p.mailbox for p in self._pending if p.mailbox is not None})
+        await self.store.suspend(
+            self.run_id, self.fence, self.clock.time(), min(deadlines) if deadlines else None,
+            status, records, mailboxes,
+        )  # fmt: skip
+
+    def release_on_cancel(self) -> Coroutine[Any, Any, None]:
+        return self.store.release(self.run_id, self.fence)
+
+
+def _what(key: str) -> str:
+    return f"result of step {key!r}"

@@ -1,0 +1,311 @@
+"""The client: start runs, read them, signal, approve, cancel, resume."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from sdk._clock import Clock, SystemClock
+from sdk._registry import FlowDef, flow_def_of, registered_flows
+from sdk._serde import converter, decode_value, dumps, encode_value
+from sdk._types import Decision, Reason, RunRecord, RunStatus
+from sdk.errors import (
+    Forbidden,
+    RunCanceled,
+    RunFailed,
+    RunNotFound,
+    SerializationError,
+)
+from stores._protocol import NewRun, Store, StoredRun
+
+__all__ = ["Authorizer", "Client", "RunHandle"]
+
+_MAX_ID = 256
+_PRIORITY_RANGE = range(-4095, 4096)
+
+
+class Authorizer(Protocol):
+    """Decides whether `actor` may perform `action` on `run`.
+
+    Actions: ``signal``, ``approve``, ``deny``, ``cancel``, ``resume``,
+    ``replay``, ``fork``.
+    """
+
+    def can(self, actor: str, action: str, run: RunRecord) -> bool: ...
+
+
+def _check_id(value: Any, what: str) -> str:
+    if not isinstance(value, str) or not value or len(value) > _MAX_ID:
+        raise ValueError(
+            f"{what} must be a non-empty string of at most {_MAX_ID} characters, got {value!r}"
+        )
+    return value
+
+
+class RunHandle:
+    """A started run. `result()` waits for it; it does not drive a worker."""
+
+    __slots__ = ("_client", "run_id")
+
+    def __init__(self, client: Client, run_id: str) -> None:
+        self._client = client
+        self.run_id = run_id
+
+    def __repr__(self) -> str:
+        return f"RunHandle({self.run_id!r})"
+
+    async def status(self) -> RunStatus:
+        """The run's current status."""
+        return (await self._client.get(self.run_id)).status
+
+    async def result(self, timeout: float | None = None) -> Any:
+        """Wait until the run ends and return its result.
+
+        Raises:
+            RunFailed: the run failed (`.error` has type, message, step key, reason).
+            RunCanceled: the run was canceled.
+            TimeoutError: `timeout` seconds passed first.
+            RunNotFound: no such run.
+        """
+        import asyncio
+
+        store = self._client.store
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while True:
+            marker = await store.finish_marker(self.run_id)
+            stored = await store.get_run(self.run_id)
+            if stored is None:
+                raise RunNotFound(self.run_id)
+            if stored.record.status.is_terminal:
+                return self._client._outcome(stored)
+            wait = 5.0 if deadline is None else deadline - loop.time()
+            if wait <= 0:
+                raise TimeoutError(
+                    f"run {self.run_id!r} is still {stored.record.status.value} after {timeout}s"
+                )
+            await store.wait_finished(self.run_id, marker, min(wait, 5.0))
+
+
+class Client:
+    """Starts and steers runs.
+
+    Args:
+        store: where runs live (see `stores.open_store`).
+        authorizer: optional `Authorizer`; with one, privileged calls need an actor.
+        clock: injected clock (tests pass a `FakeClock`).
+
+    Example::
+
+        client = Client(open_store("redis://localhost:6379/0"))
+        handle = await client.start(checkout, "order-42", run_id="checkout-order-42")
+        print(await handle.result(timeout=60))
+    """
+
+    def __init__(
+        self, store: Store, authorizer: Authorizer | None = None, *, clock: Clock | None = None
+    ) -> None:
+        self.store = store
+        self.authorizer = authorizer
+        self.clock: Clock = clock or SystemClock()
+
+    # -- starting -----------------------------------------------------------
+
+    async def start(
+        self,
+        flow: Callable[..., Any] | str,
+        *args: Any,
+        run_id: str | None = None,
+        priority: int = 0,
+        queue: str | None = None,
+        tenant_id: str | None = None,
+        **kwargs: Any,
+    ) -> RunHandle:
+        """Start a run of `flow` (a `@flow` function or a registered flow name).
+
+        Starting the same `run_id` again returns the existing run; with other
+        arguments it raises `IdempotencyConflict`. Arguments that cannot be
+        stored raise `SerializationError` before anything is written.
+
+        Args:
+            run_id: your id for the run (default: a random UUID).
+            priority: lower runs first (-4095..4095); FIFO within a priority.
+            queue: default the flow's queue.
+            tenant_id: recorded on the run.
+        """
+        fd = self._flow_def(flow)
+        name = fd.name if isinstance(fd, FlowDef) else fd
+        run_id = _check_id(run_id if run_id is not None else str(uuid.uuid4()), "run_id")
+        if (
+            isinstance(priority, bool)
+            or not isinstance(priority, int)
+            or priority not in _PRIORITY_RANGE
+        ):
+            raise ValueError(f"priority must be an int in -4095..4095, got {priority!r}")
+        q = queue if queue is not None else (fd.queue if isinstance(fd, FlowDef) else "default")
+        _check_id(q, "queue")
+        if isinstance(fd, FlowDef):
+            args_json = fd.encode_args(args, kwargs)
+            version = fd.version
+        else:
+            enc_args = [
+                encode_value(a, None, f"flow {name!r} argument {i}")[0] for i, a in enumerate(args)
+            ]
+            enc_kwargs = {
+                k: encode_value(v, None, f"flow {name!r} argument {k!r}")[0]
+                for k, v in kwargs.items()
+            }
+            args_json = dumps({"args": enc_args, "kwargs": enc_kwargs, "types": {}})
+            version = None
+        digest = hashlib.sha256(f"{name}\n{args_json}".encode()).hexdigest()
+        await self.store.create_run(
+            NewRun(
+                run_id, name, version, args_json, digest, q, priority, tenant_id, self.clock.time()
+            )
+        )
+        return RunHandle(self, run_id)
+
+    @staticmethod
+    def _flow_def(flow: Callable[..., Any] | str) -> FlowDef | str:
+        if isinstance(flow, str):
+            return registered_flows().get(_check_id(flow, "flow name"), flow)
+        fd = flow_def_of(flow)
+        if fd is None:
+            raise TypeError(f"{flow!r} is not a @flow function or a flow name")
+        return fd
+
+    def handle(self, run_id: str) -> RunHandle:
+        """A handle on an existing run (no round trip)."""
+        return RunHandle(self, run_id)
+
+    # -- reading ----------------------------------------------------------------
+
+    async def get(self, run_id: str) -> RunRecord:
+        """The run's record. Raises `RunNotFound` for an unknown id."""
+        stored = await self._stored(run_id)
+        return self._with_result(stored)
+
+    async def _stored(self, run_id: str) -> StoredRun:
+        stored = await self.store.get_run(run_id)
+        if stored is None:
+            raise RunNotFound(run_id)
+        return stored
+
+    async def list_runs(
+        self, status: RunStatus | str | None = None, flow: Callable[..., Any] | str | None = None,
+        limit: int = 100,
+    ) -> list[RunRecord]:  # fmt: skip
+        """Runs, newest first, optionally of one status and/or one flow."""
+        st = RunStatus(status) if status is not None else None
+        name = None
+        if flow is not None:
+            fd = self._flow_def(flow)
+            name = fd.name if isinstance(fd, FlowDef) else fd
+        return [self._with_result(s) for s in await self.store.list_runs(st, name, limit)]
+
+    def _with_result(self, stored: StoredRun) -> RunRecord:
+        import attrs
+
+        rec = stored.record
+        if rec.status is not RunStatus.COMPLETED or stored.raw_result is None:
+            return rec
+        try:
+            return attrs.evolve(rec, result=self._result_value(stored))
+        except SerializationError:
+            return rec
+
+    def _result_value(self, stored: StoredRun) -> Any:
+        fd = registered_flows().get(stored.record.flow)
+        declared = fd.return_type() if fd is not None else None
+        return decode_value(
+            stored.record.result, declared, stored.result_type,
+            f"result of run {stored.record.run_id!r}",
+        )  # fmt: skip
+
+    def _outcome(self, stored: StoredRun) -> Any:
+        rec = stored.record
+        if rec.status is RunStatus.COMPLETED:
+            return self._result_value(stored)
+        if rec.status is RunStatus.CANCELED:
+            raise RunCanceled(rec.run_id, rec.reason)
+        assert rec.error is not None, f"failed run {rec.run_id!r} has no error recorded"
+        raise RunFailed(rec.run_id, rec.error)
+
+    # -- steering ---------------------------------------------------------------
+
+    async def _authorize(self, actor: str | None, action: str, run_id: str) -> None:
+        if self.authorizer is None:
+            return
+        record = await self.get(run_id)
+        if actor is None:
+            raise Forbidden(f"{action} of run {run_id!r} needs an actor (an authorizer is set)")
+        if not self.authorizer.can(actor, action, record):
+            raise Forbidden(f"{actor!r} may not {action} run {run_id!r}")
+
+    async def signal(
+        self, run_id: str, name: str, payload: Any = None, *,
+        dedup_id: str | None = None, actor: str | None = None,
+    ) -> bool:  # fmt: skip
+        """Send the signal `name` to a run; kept until a `wait_for(name)` consumes it.
+
+        Returns False when `dedup_id` was already delivered to this run.
+        Raises `InvalidTransition` for a terminal run (nothing is written) and
+        `RunNotFound` for an unknown one.
+        """
+        _check_id(name, "signal name")
+        await self._authorize(actor, "signal", run_id)
+        data, _ = encode_value(payload, None, f"payload of signal {name!r}")
+        return await self.store.signal(run_id, "s:" + name, dumps(data), dedup_id)
+
+    async def approve(
+        self, run_id: str, name: str, *, actor: str, reason: str | None = None, payload: Any = None
+    ) -> bool:
+        """Approve the human wait `name`: its `wait_for` returns a `Decision(approved=True)`."""
+        return await self._decide(run_id, name, True, actor, reason, payload, "approve")
+
+    async def deny(
+        self, run_id: str, name: str, *, actor: str, reason: str | None = None, payload: Any = None
+    ) -> bool:
+        """Deny the human wait `name`: its `wait_for` returns a `Decision(approved=False)`."""
+        return await self._decide(run_id, name, False, actor, reason, payload, "deny")
+
+    async def _decide(
+        self, run_id: str, name: str, approved: bool, actor: str, reason: str | None,
+        payload: Any, action: str,
+    ) -> bool:  # fmt: skip
+        _check_id(name, "wait name")
+        await self._authorize(actor, action, run_id)
+        data, _ = encode_value(payload, None, f"payload of {action} {name!r}")
+        decision = converter.unstructure(Decision(approved, actor, reason, data))
+        return await self.store.signal(run_id, "h:" + name, dumps(decision), None)
+
+    async def cancel(self, run_id: str, *, reason: str, actor: str | None = None) -> None:
+        """Cancel a run that has not ended. A terminal run raises `InvalidTransition`.
+
+        A step already executing finishes, but its result is not recorded.
+        """
+        await self._authorize(actor, "cancel", run_id)
+        await self.store.cancel(run_id, reason, self.clock.time())
+
+    async def resume(self, run_id: str, *, actor: str | None = None) -> RunHandle:
+        """Continue a failed, canceled or waiting run.
+
+        A failed run's recorded failure (of the step that failed, when a step
+        failed) is discarded so that step runs again; every other recorded step
+        is kept and not re-run. A run that failed on non-determinism resumes
+        with the fixed code.
+        """
+        await self._authorize(actor, "resume", run_id)
+        stored = await self._stored(run_id)
+        discard = None
+        err = stored.record.error
+        if (
+            stored.record.status is RunStatus.FAILED
+            and err is not None
+            and err.reason != Reason.NON_DETERMINISM.value
+        ):
+            discard = err.step_key
+        await self.store.resume(run_id, discard)
+        return RunHandle(self, run_id)

@@ -1,0 +1,120 @@
+"""The ambient run and step context, held in context variables.
+
+Two `FlowTestEnv`s (or two workers) in one process never see each other's
+runs: each activation sets its own context in its own task.
+"""
+
+from __future__ import annotations
+
+import logging
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from sdk.errors import NotInRunError
+
+if TYPE_CHECKING:
+    from sdk._activation import Activation
+
+__all__ = ["RunContext", "StepContext", "current_run", "current_step"]
+
+_run_var: ContextVar[Activation | None] = ContextVar("steadyflow_run", default=None)
+_step_var: ContextVar[StepContext | None] = ContextVar("steadyflow_step", default=None)
+
+_OUTSIDE = (
+    "{what} can only be used inside a running flow. To run a flow in a test, use "
+    "testing.FlowTestEnv (or the flow_env pytest fixture)."
+)
+
+
+@attrs.frozen
+class StepContext:
+    """The step being executed (see `current_step`).
+
+    Attributes:
+        run_id: the run.
+        key: the step key, ``"{name}#{n}"``.
+        attempt: 1 for the first attempt, 2 for the first retry...
+        idempotency_key: ``"{lineage root run id}:{step key}"``: the same on every
+            re-execution of this step (after a crash too). Pass it to the remote
+            side so a repeated call has no second effect.
+    """
+
+    run_id: str
+    key: str
+    attempt: int
+    idempotency_key: str
+
+
+class _ReplayQuietLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """Drops records while the run is replaying, so a line is logged once."""
+
+    def __init__(self, logger: logging.Logger, activation: Activation) -> None:
+        super().__init__(logger, {"run_id": activation.run_id, "flow": activation.flow.name})
+        self._activation = activation
+
+    def log(self, level: int, msg: object, *args: Any, **kwargs: Any) -> None:
+        if self._activation.is_replaying:
+            return
+        super().log(level, msg, *args, **kwargs)
+
+
+class RunContext:
+    """What a flow can know about its run (see `current_run`)."""
+
+    __slots__ = ("_activation", "_logger")
+
+    def __init__(self, activation: Activation) -> None:
+        self._activation = activation
+        self._logger: _ReplayQuietLogger | None = None
+
+    @property
+    def run_id(self) -> str:
+        return self._activation.run_id
+
+    @property
+    def flow(self) -> str:
+        return self._activation.flow.name
+
+    @property
+    def tenant_id(self) -> str | None:
+        return self._activation.stored.record.tenant_id
+
+    @property
+    def is_replaying(self) -> bool:
+        """True while the flow is re-walking calls the journal already holds."""
+        return self._activation.is_replaying
+
+    @property
+    def logger(self) -> logging.LoggerAdapter:  # type: ignore[type-arg]
+        """A logger (``steadyflow.flow``) that stays quiet while replaying."""
+        if self._logger is None:
+            self._logger = _ReplayQuietLogger(
+                logging.getLogger("steadyflow.flow"), self._activation
+            )
+        return self._logger
+
+
+def current_run() -> RunContext:
+    """The run the calling flow code belongs to.
+
+    Raises:
+        NotInRunError: outside a run.
+    """
+    act = _run_var.get()
+    if act is None:
+        raise NotInRunError(_OUTSIDE.format(what="current_run()"))
+    return act.context
+
+
+def current_step() -> StepContext:
+    """The step being executed, with its stable idempotency key.
+
+    Raises:
+        NotInRunError: outside a step of a run.
+    """
+    ctx = _step_var.get()
+    if ctx is None:
+        raise NotInRunError(_OUTSIDE.format(what="current_step() (inside a @step)"))
+    return ctx

@@ -1,0 +1,107 @@
+"""Journal records: what a run did, one record per step key.
+
+A run's journal is a map ``step key -> record``. Each record also carries the
+*position* of the call that made it (the order in which the activation made
+its intercepted calls), which is what non-determinism is checked against.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+import attrs
+
+from sdk._serde import FORMAT_VERSION, converter, dumps, loads
+
+__all__ = ["Journal", "Kind", "Record", "State"]
+
+
+class Kind(enum.StrEnum):
+    """What made a record."""
+
+    STEP = "step"
+    WAIT = "wait"
+    SLEEP = "sleep"
+    NOW = "now"
+    UUID = "uuid"
+
+
+class State(enum.StrEnum):
+    """Where a record stands."""
+
+    OK = "ok"  # completed with `value`
+    FAILED = "failed"  # failed for good with `error`
+    RETRY = "retry"  # failed `attempts` times, next attempt at `due`
+    PENDING = "pending"  # a wait or sleep registered, deadline `due`
+    TIMEOUT = "timeout"  # a wait that reached its deadline
+
+
+@attrs.frozen
+class Record:
+    """One journal entry.
+
+    Attributes:
+        key: the step key.
+        pos: position of the call in the activation.
+        kind: what made it.
+        state: where it stands.
+        value: the JSON value (result, payload, time...).
+        type: recorded ``module:qualname`` for values without a declared type.
+        error: the failure (type, message, args) for FAILED and RETRY.
+        reason: the `Reason` code of a FAILED step.
+        attempts: failed attempts so far.
+        due: deadline (epoch seconds) of a PENDING wait or a RETRY.
+        v: record format version.
+    """
+
+    key: str
+    pos: int
+    kind: Kind
+    state: State
+    value: Any = None
+    type: str | None = None
+    error: dict[str, Any] | None = None
+    reason: str | None = None
+    attempts: int = 0
+    due: float | None = None
+    v: int = FORMAT_VERSION
+
+    def to_json(self) -> str:
+        return dumps(converter.unstructure(self))
+
+    def splice_prefix(self) -> str:
+        """JSON of this record minus its closing brace, ending in ``"value":``.
+
+        The store appends a raw JSON payload and ``}`` without decoding it.
+        """
+        return self.to_json()[:-1] + ',"value":'
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> Record:
+        return converter.structure(loads(text), cls)
+
+
+class Journal:
+    """The records of one run, indexed by key and by position."""
+
+    __slots__ = ("by_key", "by_pos", "last_pos")
+
+    def __init__(self, records: list[Record]) -> None:
+        self.by_key: dict[str, Record] = {r.key: r for r in records}
+        self.by_pos: dict[int, Record] = {r.pos: r for r in records}
+        self.last_pos = max(self.by_pos, default=-1)
+
+    @classmethod
+    def from_raw(cls, raw: dict[str, str]) -> Journal:
+        return cls([Record.from_json(v) for v in raw.values()])
+
+    def put(self, record: Record) -> None:
+        self.by_key[record.key] = record
+        self.by_pos[record.pos] = record
+        if record.pos > self.last_pos:
+            self.last_pos = record.pos
+
+    def failures(self) -> int:
+        """Failed attempts recorded across the whole run (for failure budgets)."""
+        return sum(r.attempts for r in self.by_key.values() if r.kind is Kind.STEP)

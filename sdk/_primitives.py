@@ -1,0 +1,91 @@
+"""Built-in journaled operations: waits, sleeps, time and random ids.
+
+Each one is a plain function that takes its step key when called (so
+``asyncio.gather(wait_for("a"), wait_for("b"))`` is deterministic) and returns
+the coroutine to await. Their keys live in the reserved ``~`` namespace.
+"""
+
+from __future__ import annotations
+
+import uuid as _uuid
+from collections.abc import Coroutine
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from sdk._clock import seconds
+from sdk._context import _OUTSIDE, _run_var, _step_var
+from sdk.errors import NotInRunError
+
+if TYPE_CHECKING:
+    from sdk._activation import Activation
+
+__all__ = ["now", "sleep", "sleep_until", "uuid4", "wait_for"]
+
+
+def _activation(what: str) -> Activation:
+    act = _run_var.get()
+    if act is None:
+        raise NotInRunError(_OUTSIDE.format(what=what))
+    if _step_var.get() is not None:
+        raise NotInRunError(
+            f"{what} cannot be used inside a @step (steps run to completion); "
+            "call it from the flow body"
+        )
+    return act
+
+
+def wait_for(
+    name: str, *, timeout: float | timedelta | None = None, human: bool = False
+) -> Coroutine[Any, Any, Any]:
+    """Wait durably for the signal `name` and return its payload.
+
+    A signal sent before the wait is kept and consumed here (FIFO per name).
+    While waiting the run is ``waiting_for_signal`` (``waiting_for_human`` with
+    ``human=True``) and holds no worker. With ``human=True`` the result is a
+    `Decision` sent by `Client.approve` / `Client.deny`.
+
+    Args:
+        name: the signal's name.
+        timeout: seconds or a timedelta; when it passes first, `WaitTimeout`
+            is raised (and raised again, identically, on replay).
+        human: wait for an approval instead of a signal.
+
+    Example::
+
+        decision = await wait_for("manager-approval", human=True, timeout=timedelta(days=2))
+        if not decision.approved:
+            return "rejected"
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"wait_for: name must be a non-empty string, got {name!r}")
+    limit = None if timeout is None else seconds(timeout, "wait_for timeout")
+    if limit is not None and limit < 0:
+        raise ValueError(f"wait_for({name!r}): timeout must not be negative, got {timeout!r}")
+    return _activation("wait_for()").wait(name, limit, human)
+
+
+def sleep(duration: float | timedelta) -> Coroutine[Any, Any, None]:
+    """Sleep durably: the run parks on a timer and holds no worker until it fires.
+
+    Example::
+
+        await sleep(timedelta(days=3))   # survives restarts and deploys
+    """
+    return _activation("sleep()").sleep_until(None, seconds(duration, "sleep duration"))
+
+
+def sleep_until(when: datetime) -> Coroutine[Any, Any, None]:
+    """Sleep durably until an aware datetime."""
+    if not isinstance(when, datetime) or when.tzinfo is None:
+        raise TypeError(f"sleep_until needs a timezone-aware datetime, got {when!r}")
+    return _activation("sleep_until()").sleep_until(when.timestamp(), None)
+
+
+def now() -> Coroutine[Any, Any, datetime]:
+    """The current time (UTC), recorded once: a replay sees the same value."""
+    return _activation("now()").now()
+
+
+def uuid4() -> Coroutine[Any, Any, _uuid.UUID]:
+    """A random UUID, recorded once: a replay sees the same value."""
+    return _activation("uuid4()").uuid4()

@@ -1,0 +1,204 @@
+"""The process-wide registry of flow *definitions* (never of runtime state)."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Coroutine
+from typing import Any, ParamSpec, TypeVar, overload
+
+import attrs
+import wrapt
+
+from sdk._retry import RetryPolicy
+from sdk._serde import decode_value, dumps, encode_value, loads, return_type
+from sdk.errors import FlowNotFound
+
+__all__ = ["RESERVED_OPTIONS", "FlowDef", "flow", "get_flow", "registered_flows"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+#: Keyword names `Client.start` takes for itself; a flow parameter may not use them.
+RESERVED_OPTIONS = frozenset({"run_id", "priority", "queue", "tenant_id"})
+
+_REGISTRY: dict[str, FlowDef] = {}
+
+
+@attrs.define(eq=False)
+class FlowDef:
+    """A registered flow."""
+
+    name: str
+    fn: Callable[..., Coroutine[Any, Any, Any]]
+    version: str | None
+    retry: RetryPolicy | None
+    queue: str
+    signature: inspect.Signature
+    _hints: dict[str, Any] | None = None
+    _rtype: Any = attrs.field(default=None)
+    _rtype_done: bool = False
+
+    def param_types(self) -> dict[str, Any]:
+        if self._hints is None:
+            import typing
+
+            try:
+                self._hints = typing.get_type_hints(self.fn)
+            except Exception:
+                self._hints = {}
+        return self._hints
+
+    def _annotation(self, index: int | None, name: str | None) -> tuple[str, Any]:
+        """(parameter name, annotation) for a positional index or a keyword name."""
+        params = list(self.signature.parameters.values())
+        hints = self.param_types()
+        found: inspect.Parameter | None = None
+        if index is not None:
+            positional = [
+                p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+            ]
+            if index < len(positional):
+                found = positional[index]
+            else:
+                found = next((p for p in params if p.kind is p.VAR_POSITIONAL), None)
+        else:
+            found = self.signature.parameters.get(name or "")
+            if found is None or found.kind is found.VAR_POSITIONAL:
+                found = next((p for p in params if p.kind is p.VAR_KEYWORD), None)
+        if found is None:
+            return str(index if name is None else name), None
+        return found.name, hints.get(found.name)
+
+    def encode_args(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+        """JSON text of a call's arguments; `TypeError` if they do not fit the signature."""
+        try:
+            self.signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise TypeError(f"flow {self.name!r}: {exc}") from None
+        types: dict[str, str] = {}
+        enc_args = []
+        for i, value in enumerate(args):
+            pname, ann = self._annotation(i, None)
+            data, tpath = encode_value(value, ann, f"flow {self.name!r} argument {pname!r}")
+            enc_args.append(data)
+            if tpath:
+                types[str(i)] = tpath
+        enc_kwargs = {}
+        for key, value in kwargs.items():
+            pname, ann = self._annotation(None, key)
+            data, tpath = encode_value(value, ann, f"flow {self.name!r} argument {key!r}")
+            enc_kwargs[key] = data
+            if tpath:
+                types[key] = tpath
+        return dumps({"args": enc_args, "kwargs": enc_kwargs, "types": types})
+
+    def decode_args(self, text: str) -> tuple[list[Any], dict[str, Any]]:
+        """Rebuild the arguments `encode_args` stored."""
+        raw = loads(text)
+        types = raw.get("types", {})
+        args = []
+        for i, data in enumerate(raw.get("args", [])):
+            pname, ann = self._annotation(i, None)
+            what = f"flow {self.name!r} argument {pname!r}"
+            args.append(decode_value(data, ann, types.get(str(i)), what))
+        kwargs = {}
+        for key, data in raw.get("kwargs", {}).items():
+            _, ann = self._annotation(None, key)
+            what = f"flow {self.name!r} argument {key!r}"
+            kwargs[key] = decode_value(data, ann, types.get(key), what)
+        return args, kwargs
+
+    def return_type(self) -> Any:
+        if not self._rtype_done:
+            self._rtype = return_type(self.fn)
+            self._rtype_done = True
+        return self._rtype
+
+
+def registered_flows() -> dict[str, FlowDef]:
+    """A snapshot of every registered flow, by name."""
+    return dict(_REGISTRY)
+
+
+def get_flow(name: str) -> FlowDef:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise FlowNotFound(
+            f"no flow named {name!r} is registered in this process; import the module "
+            "that defines it (python -m sdk.worker MODULE ...)"
+        ) from None
+
+
+def flow_def_of(obj: Any) -> FlowDef | None:
+    """The `FlowDef` behind a decorated flow function, if it is one."""
+    fd = getattr(obj, "__steadyflow_flow__", None)
+    return fd if isinstance(fd, FlowDef) else None
+
+
+@overload
+def flow(fn: Callable[P, Coroutine[Any, Any, R]], /) -> Callable[P, Coroutine[Any, Any, R]]: ...
+@overload
+def flow(
+    *,
+    name: str | None = None,
+    version: str | None = None,
+    retry: RetryPolicy | None = None,
+    queue: str = "default",
+) -> Callable[[Callable[P, Coroutine[Any, Any, R]]], Callable[P, Coroutine[Any, Any, R]]]: ...
+
+
+def flow(
+    fn: Any = None,
+    /,
+    *,
+    name: str | None = None,
+    version: str | None = None,
+    retry: RetryPolicy | None = None,
+    queue: str = "default",
+) -> Any:
+    """Declare a durable flow: an ``async def`` whose steps and waits are journaled.
+
+    Args:
+        name: registry name; default ``f"{module}.{qualname}"``.
+        version: recorded on every run.
+        retry: default `RetryPolicy` for the flow's steps (none: run once).
+        queue: the queue its runs go to unless `Client.start` says otherwise.
+
+    Example::
+
+        @flow
+        async def greet(name: str) -> str:
+            return await shout(name)
+
+    Called directly (outside a worker) a flow is the plain function; start it
+    with `Client.start` to make it durable.
+    """
+
+    def decorate(fn: Callable[..., Coroutine[Any, Any, Any]]) -> Any:
+        if not inspect.iscoroutinefunction(fn):
+            raise TypeError(f"@flow needs an async def; {fn.__qualname__} is not one")
+        fname = name or f"{fn.__module__}.{fn.__qualname__}"
+        if not isinstance(queue, str) or not queue:
+            raise ValueError(f"flow {fname!r}: queue must be a non-empty string")
+        sig = inspect.signature(fn)
+        clash = RESERVED_OPTIONS.intersection(sig.parameters)
+        if clash:
+            raise TypeError(
+                f"flow {fname!r}: parameter name(s) {sorted(clash)} are reserved for "
+                "Client.start options; rename them"
+            )
+        fd = FlowDef(fname, fn, version, retry, queue, sig)
+
+        @wrapt.decorator
+        def passthrough(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+            return wrapped(*args, **kwargs)
+
+        wrapper: Any = passthrough(fn)
+        wrapper.__steadyflow_flow__ = fd
+        _REGISTRY[fname] = fd
+        return wrapper
+
+    if fn is not None:
+        return decorate(fn)
+    return decorate

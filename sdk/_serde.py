@@ -1,0 +1,199 @@
+"""The one converter between Python values and the JSON kept in the store.
+
+Values are stored as JSON (never pickle). A value with a declared type (a
+step's return annotation, a flow parameter's annotation) is unstructured and
+structured with that type. A value without one is stored as it is when it is
+plain JSON; when it is a single rich value (attrs class, dataclass, enum,
+datetime, UUID, Decimal, tuple...) its type is recorded as ``module:qualname``
+so replay rebuilds the same type; anything else is a `SerializationError`
+that names what was being stored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import decimal
+import enum
+import importlib
+import json
+import typing
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+from cattrs.preconf.json import make_converter
+
+from sdk.errors import SerializationError, StepError
+
+__all__ = [
+    "FORMAT_VERSION",
+    "converter",
+    "decode_value",
+    "dumps",
+    "encode_exception",
+    "encode_value",
+    "loads",
+    "rebuild_exception",
+    "return_type",
+    "type_path",
+]
+
+#: Format version written into every record; readers upgrade older ones.
+FORMAT_VERSION = 1
+
+converter = make_converter(omit_if_default=True)
+converter.register_unstructure_hook(uuid.UUID, str)
+converter.register_structure_hook(uuid.UUID, lambda v, _: uuid.UUID(v))
+converter.register_unstructure_hook(decimal.Decimal, str)
+converter.register_structure_hook(decimal.Decimal, lambda v, _: decimal.Decimal(v))
+converter.register_unstructure_hook(_dt.timedelta, lambda v: v.total_seconds())
+converter.register_structure_hook(_dt.timedelta, lambda v, _: _dt.timedelta(seconds=v))
+converter.register_unstructure_hook(_dt.time, lambda v: v.isoformat())
+converter.register_structure_hook(_dt.time, lambda v, _: _dt.time.fromisoformat(v))
+
+_SCALARS = (str, int, float, bool, type(None))
+_RICH_SCALARS = (_dt.datetime, _dt.date, _dt.time, _dt.timedelta, uuid.UUID, decimal.Decimal)
+_SEQUENCES = (tuple, set, frozenset)
+
+
+def dumps(value: Any) -> str:
+    """Compact JSON text."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+loads: Callable[[str | bytes], Any] = json.loads
+
+
+def type_path(tp: type) -> str:
+    """``module:qualname`` of a class."""
+    return f"{tp.__module__}:{tp.__qualname__}"
+
+
+def _import_type(path: str) -> type:
+    module, _, qualname = path.partition(":")
+    obj: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    if not isinstance(obj, type):
+        raise TypeError(f"{path} is not a class")
+    return obj
+
+
+def _is_rich(value: Any) -> bool:
+    tp = type(value)
+    return (
+        attrs.has(tp)
+        or dataclasses.is_dataclass(tp)
+        or isinstance(value, (enum.Enum, *_RICH_SCALARS))
+    )
+
+
+def encode_value(value: Any, declared: Any, what: str) -> tuple[Any, str | None]:
+    """Turn ``value`` into JSON-ready data, plus the type path to record (or None).
+
+    Args:
+        value: the value to store.
+        declared: its declared type, or None when there is no usable annotation.
+        what: names the value in errors, e.g. ``"result of step 'charge#1'"``.
+    """
+    tp = type(value)
+    if declared is None or declared is Any:
+        if tp in _SCALARS:
+            return value, None
+        if tp in (list, dict):
+            try:
+                dumps(value)
+            except (TypeError, ValueError) as exc:
+                raise SerializationError(
+                    f"{what}: {tp.__name__} holds a value JSON cannot represent ({exc}); "
+                    "annotate its type (e.g. -> list[Order]) so it can be stored and rebuilt"
+                ) from None
+            return value, None
+        if tp in _SEQUENCES or _is_rich(value):
+            data = converter.unstructure(value)
+            _check_json(data, what, tp)
+            return data, type_path(tp)
+        raise SerializationError(
+            f"{what}: cannot store a {type_path(tp)} as JSON; return plain JSON data, "
+            "an attrs class or dataclass, or register a cattrs hook on sdk._serde.converter"
+        )
+    try:
+        data = converter.unstructure(value, unstructure_as=declared)
+    except Exception as exc:
+        raise SerializationError(f"{what}: cannot unstructure as {declared!r}: {exc}") from None
+    _check_json(data, what, tp)
+    return data, None
+
+
+def _check_json(data: Any, what: str, tp: type) -> None:
+    try:
+        dumps(data)
+    except (TypeError, ValueError) as exc:
+        raise SerializationError(
+            f"{what}: a {type_path(tp)} does not convert to JSON ({exc})"
+        ) from None
+
+
+def decode_value(data: Any, declared: Any, recorded_type: str | None, what: str) -> Any:
+    """Rebuild a stored value: into ``declared`` if given, else the recorded type."""
+    try:
+        if declared is not None and declared is not Any:
+            return converter.structure(data, declared)
+        if recorded_type is not None:
+            return converter.structure(data, _import_type(recorded_type))
+        return data
+    except Exception as exc:
+        raise SerializationError(f"{what}: cannot rebuild the stored value: {exc}") from exc
+
+
+def return_type(fn: Callable[..., Any]) -> Any:
+    """The usable return annotation of ``fn``, or None."""
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:
+        return None
+    tp = hints.get("return")
+    if tp is None or tp is Any or tp is type(None):
+        return None
+    return tp
+
+
+def encode_exception(exc: BaseException) -> dict[str, Any]:
+    """A failure as JSON: type path, message and (when JSON-able) constructor args."""
+    data: dict[str, Any] = {"type": type_path(type(exc)), "message": str(exc)}
+    try:
+        dumps(list(exc.args))
+        data["args"] = list(exc.args)
+    except (TypeError, ValueError):
+        pass
+    return data
+
+
+def rebuild_exception(data: dict[str, Any], step_key: str | None) -> BaseException:
+    """The exception a recorded failure stands for: same type, same message.
+
+    Falls back to `StepError` when the type cannot be imported here.
+    """
+    path = data["type"]
+    message = data.get("message", "")
+    args = data.get("args")
+    if args is None:
+        args = [message]
+    try:
+        cls = _import_type(path)
+    except Exception:
+        return StepError(path, message, step_key)
+    if not issubclass(cls, BaseException):
+        return StepError(path, message, step_key)
+    try:
+        exc = cls(*args)
+        if type(exc) is cls and str(exc) == message:
+            return exc
+    except Exception:
+        pass
+    # The constructor wants other arguments: build without __init__, keep the message.
+    exc = cls.__new__(cls)
+    exc.args = (message,)
+    return exc

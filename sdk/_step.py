@@ -1,0 +1,89 @@
+"""The `@step` decorator."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Literal, TypeVar, overload
+
+import wrapt
+
+from sdk._activation import StepSpec
+from sdk._context import _run_var, _step_var
+from sdk._retry import RetryPolicy
+
+__all__ = ["REPLAY_POLICIES", "step"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+ReplayPolicy = Literal["use_recorded_result", "require_human", "reexecute"]
+REPLAY_POLICIES = ("use_recorded_result", "require_human", "reexecute")
+
+
+@overload
+def step(fn: F, /) -> F: ...
+@overload
+def step(
+    *, name: str | None = None, retry: RetryPolicy | None = None,
+    replay: ReplayPolicy = "use_recorded_result",
+) -> Callable[[F], F]: ...  # fmt: skip
+
+
+def step(
+    fn: Any = None,
+    /,
+    *,
+    name: str | None = None,
+    retry: RetryPolicy | None = None,
+    replay: ReplayPolicy = "use_recorded_result",
+) -> Any:
+    """Make a function a journaled step of the flows that call it.
+
+    Inside a run, each call gets the key ``"{name}#{n}"`` (n counts this run's
+    calls of that name) when it is made; if the journal has a result for that
+    key, the call returns it without running; otherwise it runs under its
+    retry policy and its result is recorded with one write. Inside a run,
+    await the call even when the function is synchronous.
+
+    Outside a run a step is the plain function, and a step called inside
+    another step is a plain call.
+
+    Args:
+        name: the name in step keys; default the function's ``__qualname__``.
+            Must not start with ``~`` (reserved for built-ins).
+        retry: `RetryPolicy`; default the flow's, and with neither the step runs once.
+        replay: what a replayed or forked run does with this step's recorded result.
+
+    Example::
+
+        @step(retry=RetryPolicy(max_attempts=5))
+        async def charge(order_id: str, cents: int) -> str:
+            key = current_step().idempotency_key
+            return await payments.charge(order_id, cents, idempotency_key=key)
+    """
+
+    def decorate(fn: F) -> F:
+        sname = name if name is not None else fn.__qualname__
+        if not isinstance(sname, str) or not sname or sname.startswith("~"):
+            raise ValueError(
+                f"invalid step name {sname!r} for {fn.__qualname__}: "
+                "a non-empty string that does not start with '~'"
+            )
+        if replay not in REPLAY_POLICIES:
+            raise ValueError(f"step {sname!r}: replay must be one of {REPLAY_POLICIES}")
+        spec = StepSpec(sname, retry, replay, fn)
+
+        @wrapt.decorator
+        def wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+            act = _run_var.get()
+            if act is None or _step_var.get() is not None:
+                return wrapped(*args, **kwargs)
+            spec.fn = wrapped
+            return act.step_call(spec, args, kwargs)
+
+        decorated: Any = wrapper(fn)
+        decorated.__steadyflow_step__ = spec
+        return decorated  # type: ignore[no-any-return]
+
+    if fn is not None:
+        return decorate(fn)
+    return decorate

@@ -1,0 +1,309 @@
+"""The worker: claims ready runs, executes activations, keeps leases, fires timers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import os
+import socket
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from sdk._activation import Activation, Engine
+from sdk._clock import Clock, SystemClock
+from sdk._journal import Journal
+from sdk._registry import FlowDef, flow_def_of, registered_flows
+from sdk._serde import converter, dumps
+from sdk._types import ErrorInfo, Reason, RunStatus
+from sdk.errors import LeaseLost
+from stores._protocol import Claim, Store
+
+__all__ = ["Worker"]
+
+log = logging.getLogger("steadyflow.worker")
+
+_MAX_IDLE = 5.0  # longest a worker blocks without looking at timers and leases
+
+
+class Worker:
+    """Executes runs. Run as many as you like against one store.
+
+    Args:
+        store: the store (see `stores.open_store`).
+        flows: the flows to serve (functions or names); default every registered flow.
+        concurrency: activations executing at once.
+        clock: injected clock (tests pass a `FakeClock`).
+        lease_ttl: seconds a claimed run stays owned without a heartbeat.
+        queues: queue names to serve; default every queue.
+        max_recoveries: lease expiries without progress before a run fails with
+            reason ``max_recoveries_exceeded``.
+        grace_period: seconds `stop()` lets in-flight activations finish
+            (default: `lease_ttl`); the rest are interrupted and handed back.
+        inline_backoff_max: retry backoffs up to this many seconds are slept
+            in the activation; longer ones park the run on a durable timer.
+        name: the lease owner's name (default ``host:pid:random``).
+
+    Example::
+
+        worker = Worker(open_store("redis://localhost:6379/0"), concurrency=32)
+        await worker.run()          # until worker.stop()
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        flows: Iterable[Callable[..., Any] | str] | None = None,
+        *,
+        concurrency: int = 16,
+        clock: Clock | None = None,
+        lease_ttl: float = 30.0,
+        queues: Sequence[str] | None = None,
+        max_recoveries: int = 10,
+        grace_period: float | None = None,
+        inline_backoff_max: float = 1.0,
+        name: str | None = None,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+        if lease_ttl <= 0:
+            raise ValueError(f"lease_ttl must be > 0 seconds, got {lease_ttl}")
+        self.store = store
+        self.clock: Clock = clock or SystemClock()
+        self.concurrency = concurrency
+        self.lease_ttl = float(lease_ttl)
+        self.queues = list(queues) if queues else None
+        self.max_recoveries = max_recoveries
+        self.grace_period = lease_ttl if grace_period is None else grace_period
+        self.owner = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._flows = None if flows is None else [self._resolve(f) for f in flows]
+        self.engine = Engine(
+            store=store,
+            clock=self.clock,
+            owner=self.owner,
+            inline_backoff_max=inline_backoff_max,
+            settle_timeout=self.lease_ttl,
+        )
+        self._inflight: dict[str, tuple[asyncio.Task[None], Activation]] = {}
+        self._stop = asyncio.Event()
+        self._slot_freed = asyncio.Event()
+        self._recovery_error = dumps(
+            converter.unstructure(
+                ErrorInfo(
+                    "sdk.errors:SteadyflowError",
+                    f"the run's lease expired more than {max_recoveries} times without progress",
+                    None,
+                    Reason.MAX_RECOVERIES_EXCEEDED.value,
+                )
+            )
+        )
+
+    @staticmethod
+    def _resolve(f: Callable[..., Any] | str) -> str:
+        if isinstance(f, str):
+            return f
+        fd = flow_def_of(f)
+        if fd is None:
+            raise TypeError(f"{f!r} is not a @flow function")
+        return fd.name
+
+    def _flow(self, name: str) -> FlowDef | None:
+        if self._flows is not None and name not in self._flows:
+            return None
+        return registered_flows().get(name)
+
+    # -- one pass ------------------------------------------------------------------
+
+    async def _tick(self) -> float | None:
+        result = await self.store.tick(self.clock.time(), self.max_recoveries, self._recovery_error)
+        if result.recovered:
+            log.warning("recovered %d run(s) whose lease expired", result.recovered)
+        return result.next_due
+
+    async def _claim(self) -> int:
+        free = self.concurrency - len(self._inflight)
+        if free <= 0:
+            return 0
+        claims = await self.store.claim(
+            self.owner, self.queues, free, self.clock.time(), self.lease_ttl
+        )
+        for claim in claims:
+            self._spawn(claim)
+        return len(claims)
+
+    def _spawn(self, claim: Claim) -> None:
+        run_id = claim.run.record.run_id
+        fd = self._flow(claim.run.record.flow)
+        if fd is None:
+            task = asyncio.create_task(self._unknown_flow(claim))
+            act = None
+        else:
+            act = Activation(self.engine, claim.run, Journal.from_raw(claim.journal), fd)
+            task = asyncio.create_task(self._execute(act))
+        self._inflight[run_id] = (task, act)  # type: ignore[assignment]
+        task.add_done_callback(functools.partial(self._done, run_id))
+
+    def _done(self, run_id: str, _task: object = None) -> None:
+        self._inflight.pop(run_id, None)
+        self._slot_freed.set()
+
+    async def _unknown_flow(self, claim: Claim) -> None:
+        rec = claim.run.record
+        error = ErrorInfo(
+            "sdk.errors:FlowNotFound",
+            f"flow {rec.flow!r} is not registered in worker {self.owner!r}; "
+            "resume the run once a worker that serves it is running",
+            None,
+            Reason.FLOW_NOT_REGISTERED.value,
+        )
+        log.error("run %s: %s", rec.run_id, error.message)
+        with contextlib.suppress(LeaseLost):
+            await self.store.finish(
+                rec.run_id, claim.run.fence, RunStatus.FAILED, self.clock.time(),
+                {"error": dumps(converter.unstructure(error)), "reason": error.reason or ""},
+            )  # fmt: skip
+
+    async def _execute(self, act: Activation) -> None:
+        try:
+            await act.execute()
+        except asyncio.CancelledError:
+            # Interrupted by stop(): hand the run back so another worker continues it.
+            with contextlib.suppress(Exception):
+                await asyncio.shield(act.release_on_cancel())
+            raise
+        except Exception:
+            log.exception(
+                "run %s: activation failed inside the engine; its lease will expire "
+                "and another activation will retry it", act.run_id,
+            )  # fmt: skip
+
+    # -- heartbeat -------------------------------------------------------------------
+
+    async def _heartbeat(self) -> None:
+        interval = max(self.lease_ttl / 3, 0.05)
+        while True:
+            await asyncio.sleep(interval)
+            leases = [
+                (run_id, act.fence)
+                for run_id, (_, act) in self._inflight.items()
+                if act is not None and not act.crashed
+            ]
+            if not leases:
+                continue
+            try:
+                lost = await self.store.renew(leases, self.clock.time() + self.lease_ttl)
+            except Exception:
+                log.exception("lease heartbeat failed; will try again")
+                continue
+            for run_id in lost:
+                entry = self._inflight.get(run_id)
+                if entry is not None and entry[1] is not None and not entry[1].suspending:
+                    log.warning(
+                        "run %s: lease lost (taken over or canceled); its writes will be refused",
+                        run_id,
+                    )
+
+    # -- loops -----------------------------------------------------------------------
+
+    async def run_until_idle(self) -> None:
+        """Execute until no run is ready and none is in flight, then return.
+
+        Runs parked on a timer that is not due yet do not count; with a
+        `FakeClock`, advance it and call this again.
+        """
+        hb = asyncio.create_task(self._heartbeat())
+        try:
+            while True:
+                await self._tick()
+                claimed = await self._claim()
+                if claimed:
+                    continue
+                if not self._inflight:
+                    return
+                await asyncio.wait(
+                    [t for t, _ in self._inflight.values()], return_when=asyncio.FIRST_COMPLETED
+                )
+        finally:
+            hb.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await hb
+
+    async def run(self) -> None:
+        """Serve until `stop()`: claim, execute, heartbeat, fire timers, recover."""
+        self._stop.clear()
+        hb = asyncio.create_task(self._heartbeat())
+        log.info("worker %s started (%s)", self.owner, self.store.describe())
+        backoff = 0.1
+        try:
+            while not self._stop.is_set():
+                try:
+                    next_due = await self._tick()
+                    claimed = await self._claim()
+                    backoff = 0.1
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception("store unavailable; retrying in %.1fs", backoff)
+                    await self._sleep_or_stop(backoff)
+                    backoff = min(backoff * 2, _MAX_IDLE)
+                    continue
+                if claimed and len(self._inflight) < self.concurrency:
+                    continue  # the queue may still hold more
+                timeout = _MAX_IDLE
+                if next_due is not None:
+                    timeout = min(max(next_due - self.clock.time(), 0.001), _MAX_IDLE)
+                if len(self._inflight) < self.concurrency:
+                    await self._wait_ready(timeout)
+                else:
+                    self._slot_freed.clear()
+                    await self._sleep_or_stop(timeout, self._slot_freed)
+        finally:
+            hb.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await hb
+            await self._drain()
+            log.info("worker %s stopped", self.owner)
+
+    async def _wait_ready(self, timeout: float) -> None:
+        waiter = asyncio.create_task(self.store.wait_ready(self.queues, timeout))
+        stopper = asyncio.create_task(self._stop.wait())
+        try:
+            await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for t in (waiter, stopper):
+                if not t.done():
+                    t.cancel()
+            for t in (waiter, stopper):
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await t
+
+    async def _sleep_or_stop(self, timeout: float, event: asyncio.Event | None = None) -> None:
+        waits = [asyncio.create_task(self._stop.wait())]
+        if event is not None:
+            waits.append(asyncio.create_task(event.wait()))
+        try:
+            await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for t in waits:
+                t.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await t
+
+    async def _drain(self) -> None:
+        tasks = [t for t, _ in self._inflight.values()]
+        if not tasks:
+            return
+        log.info("waiting up to %.1fs for %d activation(s)", self.grace_period, len(tasks))
+        _, late = await asyncio.wait(tasks, timeout=self.grace_period)
+        for t in late:
+            t.cancel()
+        if late:
+            await asyncio.wait(late)
+            log.warning("handed %d unfinished run(s) back to the queue", len(late))
+
+    async def stop(self) -> None:
+        """Stop claiming; `run()` then lets in-flight work finish (within the grace
+        period), hands back what is left, and returns."""
+        self._stop.set()

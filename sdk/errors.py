@@ -1,0 +1,190 @@
+"""Every error Steadyflow raises.
+
+The tree::
+
+    SteadyflowError
+    ├── NonDeterminismError      replayed code made another call than the journal holds
+    ├── IdempotencyConflict      same run id (or idempotency key), different request
+    ├── InvalidTransition        a lifecycle move the transition table forbids
+    ├── RunNotFound              (also LookupError) no run with that id
+    ├── FlowNotFound             (also LookupError) no flow registered under that name
+    ├── SerializationError       (also TypeError) a value the journal cannot hold
+    ├── WaitTimeout              (also TimeoutError) a wait_for deadline passed
+    ├── LeaseLost                another worker owns the run now; this one must not write
+    ├── Forbidden                (also PermissionError) the authorizer refused an action
+    ├── NotInRunError            (also RuntimeError) a run-only call outside a run
+    ├── StepError                a recorded failure whose exception type cannot be rebuilt
+    ├── RunFailed                RunHandle.result() of a failed run
+    └── RunCanceled              RunHandle.result() of a canceled run
+
+Everything derives from `SteadyflowError`, so ``except SteadyflowError`` catches
+any SDK error. The suspension of a run is not in this tree on purpose: it is a
+`BaseException` that flow code cannot construct or swallow with
+``except Exception``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sdk._types import ErrorInfo, RunStatus
+
+__all__ = [
+    "FlowNotFound",
+    "Forbidden",
+    "IdempotencyConflict",
+    "InvalidTransition",
+    "LeaseLost",
+    "NonDeterminismError",
+    "NotInRunError",
+    "RunCanceled",
+    "RunFailed",
+    "RunNotFound",
+    "SerializationError",
+    "SteadyflowError",
+    "StepError",
+    "WaitTimeout",
+]
+
+
+class SteadyflowError(Exception):
+    """Root of every error the SDK raises."""
+
+
+class NonDeterminismError(SteadyflowError):
+    """Replayed flow code made a different call than the journal recorded.
+
+    Attributes:
+        run_id: the run being replayed.
+        position: the call's position in the activation (0-based).
+        recorded: the step key the journal holds at that position (None if none).
+        called: the step key the code asked for.
+    """
+
+    def __init__(self, run_id: str, position: int, recorded: str | None, called: str) -> None:
+        self.run_id = run_id
+        self.position = position
+        self.recorded = recorded
+        self.called = called
+        if recorded is None:
+            what = f"the journal records {called!r} at another position"
+        else:
+            what = f"the journal records {recorded!r} there"
+        super().__init__(
+            f"run {run_id!r}: call #{position} is {called!r} but {what}; "
+            "flow code changed in a way that breaks replay"
+        )
+
+
+class IdempotencyConflict(SteadyflowError):
+    """The same id was reused for a different request."""
+
+
+class InvalidTransition(SteadyflowError):
+    """A lifecycle transition the table does not allow. Nothing was changed.
+
+    Attributes:
+        run_id: the run.
+        current: its status.
+        requested: the status that was asked for.
+    """
+
+    def __init__(self, run_id: str, current: RunStatus | str, requested: RunStatus | str) -> None:
+        self.run_id = run_id
+        self.current = current
+        self.requested = requested
+        super().__init__(f"run {run_id!r}: cannot move from {str(current)!r} to {str(requested)!r}")
+
+
+class RunNotFound(SteadyflowError, LookupError):
+    """No run has this id."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        super().__init__(f"no run with id {run_id!r}")
+
+
+class FlowNotFound(SteadyflowError, LookupError):
+    """No flow is registered under this name in this process."""
+
+
+class SerializationError(SteadyflowError, TypeError):
+    """A value cannot be stored as JSON (or rebuilt from it).
+
+    The message names what was being stored: a flow argument, a step result
+    (with its step key), a signal payload.
+    """
+
+
+class WaitTimeout(SteadyflowError, TimeoutError):
+    """`wait_for` reached its deadline before a signal arrived.
+
+    Attributes:
+        name: the wait's name.
+        step_key: its journal key.
+    """
+
+    def __init__(self, name: str, step_key: str) -> None:
+        self.name = name
+        self.step_key = step_key
+        super().__init__(f"wait_for({name!r}) timed out (step key {step_key!r})")
+
+
+class LeaseLost(SteadyflowError):
+    """This worker no longer owns the run (lease expired, taken over, or canceled)."""
+
+
+class Forbidden(SteadyflowError, PermissionError):
+    """The authorizer refused an action."""
+
+
+class NotInRunError(SteadyflowError, RuntimeError):
+    """A call that only makes sense inside a running flow was made outside one."""
+
+
+class StepError(SteadyflowError):
+    """A recorded step failure whose original exception type cannot be rebuilt here.
+
+    Attributes:
+        type_name: ``module:qualname`` of the original exception.
+        message: its message.
+        step_key: the step that failed.
+    """
+
+    def __init__(self, type_name: str, message: str, step_key: str | None) -> None:
+        self.type_name = type_name
+        self.message = message
+        self.step_key = step_key
+        super().__init__(f"{type_name}: {message}")
+
+
+class RunFailed(SteadyflowError):
+    """The run ended in `failed`.
+
+    Attributes:
+        run_id: the run.
+        error: `ErrorInfo` with type, message, step key and reason code.
+    """
+
+    def __init__(self, run_id: str, error: ErrorInfo) -> None:
+        self.run_id = run_id
+        self.error = error
+        where = f" at step {error.step_key!r}" if error.step_key else ""
+        super().__init__(
+            f"run {run_id!r} failed{where}: {error.type}: {error.message} (reason: {error.reason})"
+        )
+
+
+class RunCanceled(SteadyflowError):
+    """The run ended in `canceled`.
+
+    Attributes:
+        run_id: the run.
+        reason: the text given to `Client.cancel`.
+    """
+
+    def __init__(self, run_id: str, reason: str | None) -> None:
+        self.run_id = run_id
+        self.reason = reason
+        super().__init__(f"run {run_id!r} was canceled: {reason}")

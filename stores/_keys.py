@@ -1,0 +1,81 @@
+"""Every Redis key name Steadyflow uses, built in this one module.
+
+All keys of a run and the per-partition indexes it sits in (ready queues,
+timers, leases, wake-up lists) share one hash tag, ``{p<N>}``, where N is the
+run's partition: a stable hash of the run id modulo the partition count. So
+each atomic operation is one Lua script on one cluster slot. Scripts get the
+partition's base (``<prefix>:{p<N>}:``) and append the same suffixes as the
+`SUFFIX` table below (the Lua prelude is generated from it).
+"""
+
+from __future__ import annotations
+
+import zlib
+
+__all__ = ["SUFFIX", "Keys"]
+
+#: Key suffixes after the partition base. Lua gets the same table.
+SUFFIX = {
+    "run": "run:",  # HASH  run record fields (+ run id)
+    "journal": "j:",  # HASH  step key -> record JSON (+ run id)
+    "mailbox": "mb:",  # LIST  signal payloads (+ len(run id) + ":" + run id + ":" + mailbox)
+    "mailboxes": "mbn:",  # SET   mailbox names that exist (+ run id)
+    "dedup": "dd:",  # SET   dedup ids seen (+ run id)
+    "waits": "w:",  # SET   mailboxes a waiting run waits on (+ run id)
+    "done": "done:",  # STREAM one entry per finish, for waiters (+ run id)
+    "queue": "q:",  # ZSET  ready runs, score = priority * 2^40 + seq (+ queue)
+    "wake": "wake:",  # LIST  wake-up tokens (+ queue, or "*" for any queue)
+    "status": "idx:",  # ZSET  runs by created_at, per status (+ status)
+    "queues": "queues",  # SET   queue names seen
+    "seq": "seq",  # STRING FIFO counter
+    "timers": "timers",  # ZSET  run id -> earliest deadline
+    "leases": "leases",  # ZSET  run id -> lease expiry
+    "runs": "runs",  # ZSET  every run id -> created_at
+}
+
+
+class Keys:
+    """Key names for one deployment (prefix + partition count)."""
+
+    __slots__ = ("partitions", "prefix")
+
+    def __init__(self, prefix: str = "sf", partitions: int = 1) -> None:
+        if not prefix or any(c in prefix for c in "{}"):
+            raise ValueError(f"invalid key prefix {prefix!r}: must be non-empty, without braces")
+        if partitions < 1:
+            raise ValueError(f"partitions must be >= 1, got {partitions}")
+        self.prefix = prefix
+        self.partitions = partitions
+
+    def partition(self, run_id: str) -> int:
+        if self.partitions == 1:
+            return 0
+        return zlib.crc32(run_id.encode()) % self.partitions
+
+    def base(self, partition: int) -> str:
+        return f"{self.prefix}:{{p{partition}}}:"
+
+    def base_of(self, run_id: str) -> str:
+        return self.base(self.partition(run_id))
+
+    def run(self, run_id: str) -> str:
+        return self.base_of(run_id) + SUFFIX["run"] + run_id
+
+    def journal(self, run_id: str) -> str:
+        return self.base_of(run_id) + SUFFIX["journal"] + run_id
+
+    def done(self, run_id: str) -> str:
+        return self.base_of(run_id) + SUFFIX["done"] + run_id
+
+    def wake(self, partition: int, queue: str | None) -> str:
+        return self.base(partition) + SUFFIX["wake"] + (queue or "*")
+
+    def status_index(self, partition: int, status: str) -> str:
+        return self.base(partition) + SUFFIX["status"] + status
+
+    def all_runs(self, partition: int) -> str:
+        return self.base(partition) + SUFFIX["runs"]
+
+    def pattern(self) -> str:
+        """A SCAN pattern matching every key of this deployment."""
+        return f"{self.prefix}:{{p*}}:*"

@@ -1,0 +1,169 @@
+"""The store protocol: the one seam between the engine and its storage.
+
+Every method is one round trip unless its docstring says otherwise. Writes an
+activation makes take its fencing token and raise `LeaseLost` when the token
+is no longer current (lease expired and taken over, run canceled).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import attrs
+
+from sdk._types import RunRecord, RunStatus
+
+__all__ = ["Claim", "NewRun", "StartOutcome", "Store", "StoredRun", "TickResult"]
+
+
+@attrs.frozen
+class NewRun:
+    """What `Client.start` writes."""
+
+    run_id: str
+    flow: str
+    flow_version: str | None
+    args: str  # JSON text: {"args": [...], "kwargs": {...}, "types": {...}}
+    args_hash: str
+    queue: str
+    priority: int
+    tenant_id: str | None
+    created_at: float
+
+
+@attrs.frozen
+class StoredRun:
+    """A run record plus the fields only the engine needs."""
+
+    record: RunRecord
+    args: str
+    fence: int
+    result_type: str | None
+    raw_result: str | None
+
+
+@attrs.frozen
+class Claim:
+    """A run a worker now holds a lease on, with its whole journal (raw JSON)."""
+
+    run: StoredRun
+    journal: dict[str, str]
+
+
+@attrs.frozen
+class StartOutcome:
+    """`created` is False when the run id existed (same arguments)."""
+
+    created: bool
+    status: RunStatus
+
+
+@attrs.frozen
+class TickResult:
+    """Timers fired and runs recovered by one `tick`, and when the next is due."""
+
+    fired: int
+    recovered: int
+    next_due: float | None
+
+
+class Store(Protocol):
+    """Run records, journals, mailboxes, timers, queues and leases."""
+
+    async def create_run(self, new: NewRun) -> StartOutcome:
+        """Create a pending run and queue it, or report the existing one.
+
+        Raises `IdempotencyConflict` when the id exists with other arguments.
+        """
+        ...
+
+    async def get_run(self, run_id: str) -> StoredRun | None: ...
+
+    async def list_runs(
+        self, status: RunStatus | None, flow: str | None, limit: int
+    ) -> list[StoredRun]:
+        """Newest first. Several round trips (one per page of 100 per partition)."""
+        ...
+
+    async def claim(
+        self, owner: str, queues: Sequence[str] | None, limit: int, now: float, lease_ttl: float
+    ) -> list[Claim]:
+        """Take up to `limit` ready runs, highest priority first, with their journals."""
+        ...
+
+    async def record(self, run_id: str, fence: int, key: str, record: str) -> None: ...
+
+    async def consume(
+        self,
+        run_id: str,
+        fence: int,
+        key: str,
+        mailbox: str,
+        now: float,
+        deadline: float | None,
+        record_prefix: str,
+        timeout_record: str,
+    ) -> tuple[int, str | None]:
+        """Pop one signal into the journal: (1, payload); or time out: (2, None); or (0, None)."""
+        ...
+
+    async def suspend(
+        self,
+        run_id: str,
+        fence: int,
+        now: float,
+        deadline: float | None,
+        status: RunStatus,
+        records: Sequence[tuple[str, str]],
+        mailboxes: Sequence[str],
+    ) -> bool:
+        """Park a run; False when a signal or the deadline is already there (re-queued)."""
+        ...
+
+    async def finish(
+        self,
+        run_id: str,
+        fence: int,
+        status: RunStatus,
+        now: float,
+        fields: dict[str, str],
+    ) -> None: ...
+
+    async def release(self, run_id: str, fence: int) -> None: ...
+
+    async def renew(self, leases: Sequence[tuple[str, int]], expiry: float) -> list[str]:
+        """Extend leases; returns the run ids whose lease is lost. One round trip."""
+        ...
+
+    async def tick(
+        self, now: float, max_recoveries: int, recovery_error: str, limit: int = 100
+    ) -> TickResult:
+        """Fire due timers and recover expired leases (every partition)."""
+        ...
+
+    async def signal(
+        self, run_id: str, mailbox: str, payload: str, dedup_id: str | None
+    ) -> bool: ...
+
+    async def cancel(self, run_id: str, reason: str, now: float) -> None: ...
+
+    async def resume(self, run_id: str, discard_key: str | None) -> None: ...
+
+    async def wait_ready(self, queues: Sequence[str] | None, timeout: float) -> bool:
+        """Block until a run may be ready on these queues (or timeout)."""
+        ...
+
+    async def wait_finished(self, run_id: str, after: str, timeout: float) -> str | None:
+        """Block until the run finishes after stream id `after`; returns the new id."""
+        ...
+
+    async def finish_marker(self, run_id: str) -> str:
+        """The id of the newest finish notice of a run ("0-0" if none)."""
+        ...
+
+    async def close(self) -> None: ...
+
+    def describe(self) -> dict[str, Any]:
+        """What this store is, for logs (never secrets)."""
+        ...

@@ -1,0 +1,377 @@
+"""Every Lua script the Redis store runs, by name, with one shared prelude.
+
+Rules that keep real Redis and fakeredis in agreement (see DESIGN.md):
+- JSON stays opaque: records and payloads are stored as strings, and a
+  payload is spliced into a record by concatenation, never decoded;
+- numbers arrive as strings and are compared with ``tonumber``; a number that
+  goes back into Redis is either an ARGV string or formatted with ``%.0f``;
+- no deadline comes from ``TIME`` or a key TTL: ``now`` is always an argument;
+- ``ARGV[1]`` is the partition base (``<prefix>:{p<N>}:``); every key a
+  script touches shares its hash tag.
+
+Error replies are tables ``{'err', code, a, b}``; the store maps the codes to
+`sdk.errors` exceptions.
+"""
+
+from __future__ import annotations
+
+from sdk._lifecycle import TRANSITIONS
+from sdk._types import RunStatus
+from stores._keys import SUFFIX
+
+__all__ = ["SCRIPTS"]
+
+
+def _lua_table() -> str:
+    suffixes = ", ".join(f"{k}={v!r}" for k, v in SUFFIX.items())
+    allowed = ", ".join(
+        f"{src.value}={{{', '.join(f'{dst.value}=true' for dst in sorted(dsts))}}}"
+        for src, dsts in TRANSITIONS.items()
+    )
+    terminal = ", ".join(f"{s.value}=true" for s in RunStatus if s.is_terminal)
+    return (
+        f"local K = {{{suffixes}}}\n"
+        f"local ALLOWED = {{{allowed}}}\n"
+        f"local TERMINAL = {{{terminal}}}\n"
+    )
+
+
+PRELUDE = (
+    "local P = ARGV[1]\n"
+    "local unpack = unpack or table.unpack\n"
+    + _lua_table()
+    + r"""
+local function rk(id) return P .. K.run .. id end
+-- run ids may contain ':', so the mailbox key length-prefixes the id
+local function mbk(id, name) return P .. K.mailbox .. #id .. ':' .. id .. ':' .. name end
+local function err(code, a, b) return {'err', code, a or '', b or ''} end
+
+-- Move a run to `to`, keeping the per-status index right. Returns an error
+-- table when the transition table forbids it (unless `explicit`), else nil.
+local function move(id, to, explicit)
+  local key = rk(id)
+  local from = redis.call('HGET', key, 'status')
+  if from then
+    if not explicit and not (ALLOWED[from] and ALLOWED[from][to]) then
+      return err('transition', from, to)
+    end
+    redis.call('ZREM', P .. K.status .. from, id)
+  end
+  redis.call('HSET', key, 'status', to)
+  redis.call('ZADD', P .. K.status .. to, redis.call('HGET', key, 'created_at'), id)
+  return nil
+end
+
+-- Put a run on its ready queue (lower priority first, FIFO within one) and
+-- leave a wake-up token for the workers of that queue and of every queue.
+local function enqueue(id)
+  local key = rk(id)
+  local q = redis.call('HGET', key, 'queue')
+  local prio = tonumber(redis.call('HGET', key, 'priority'))
+  local seq = redis.call('INCR', P .. K.seq)
+  redis.call('ZADD', P .. K.queue .. q, string.format('%.0f', prio * 1099511627776 + seq), id)
+  redis.call('SADD', P .. K.queues, q)
+  for _, w in ipairs({P .. K.wake .. q, P .. K.wake .. '*'}) do
+    redis.call('LPUSH', w, '1')
+    redis.call('LTRIM', w, 0, 1023)
+  end
+end
+
+-- Take a run off every index that would make it run or wake.
+local function unqueue(id)
+  local key = rk(id)
+  redis.call('ZREM', P .. K.queue .. redis.call('HGET', key, 'queue'), id)
+  redis.call('ZREM', P .. K.timers, id)
+  redis.call('ZREM', P .. K.leases, id)
+  redis.call('DEL', P .. K.waits .. id)
+  redis.call('HDEL', key, 'lease_owner', 'lease_exp')
+end
+
+-- A write of an activation is allowed only with the current fencing token
+-- while the run is running: a lost lease, a takeover or a cancel all bump it.
+local function fenced(id, fence)
+  local key = rk(id)
+  return redis.call('HGET', key, 'fence') == fence
+    and redis.call('HGET', key, 'status') == 'running'
+end
+
+local function finished(id, status)
+  redis.call('XADD', P .. K.done .. id, 'MAXLEN', '1', '*', 'status', status)
+end
+
+local function wake_run(id)
+  local e = move(id, 'running')
+  if e then return e end
+  redis.call('DEL', P .. K.waits .. id)
+  redis.call('ZREM', P .. K.timers, id)
+  enqueue(id)
+  return nil
+end
+"""
+)
+
+# KEYS: run. ARGV: P, id, args_hash, field, value, ...
+_START = r"""
+local key, id = KEYS[1], ARGV[2]
+if redis.call('EXISTS', key) == 1 then
+  local same = redis.call('HGET', key, 'args_hash') == ARGV[3]
+  return {same and 0 or -1, redis.call('HGET', key, 'status')}
+end
+local fields = {'args_hash', ARGV[3]}
+for i = 4, #ARGV do fields[#fields + 1] = ARGV[i] end
+redis.call('HSET', key, unpack(fields))
+move(id, 'pending')
+redis.call('ZADD', P .. K.runs, redis.call('HGET', key, 'created_at'), id)
+enqueue(id)
+return {1, 'pending'}
+"""
+
+# ARGV: P, owner, now, expiry, limit, [queue ...] (none: every queue)
+_CLAIM = r"""
+local owner, now, expiry, limit = ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
+local queues = {}
+local every = #ARGV < 6
+if every then queues = redis.call('SMEMBERS', P .. K.queues)
+else for i = 6, #ARGV do queues[#queues + 1] = ARGV[i] end end
+local out = {}
+local n = 0
+while n < limit do
+  local best, bestq, bests = nil, nil, nil
+  for _, q in ipairs(queues) do
+    local r = redis.call('ZRANGE', P .. K.queue .. q, 0, 0, 'WITHSCORES')
+    if r[1] and (best == nil or tonumber(r[2]) < bests) then
+      best, bestq, bests = r[1], q, tonumber(r[2])
+    end
+  end
+  if best == nil then break end
+  redis.call('ZREM', P .. K.queue .. bestq, best)
+  local key = rk(best)
+  local st = redis.call('HGET', key, 'status')
+  -- anything else is a stale entry (e.g. canceled meanwhile): drop it
+  if st == 'pending' or st == 'running' or st == 'replaying' then
+    if st ~= 'running' then move(best, 'running') end
+    if st == 'pending' then redis.call('HSET', key, 'started_at', now) end
+    redis.call('HINCRBY', key, 'fence', 1)
+    redis.call('HSET', key, 'lease_owner', owner, 'lease_exp', expiry)
+    redis.call('ZADD', P .. K.leases, expiry, best)
+    out[#out + 1] = redis.call('HGETALL', key)
+    out[#out + 1] = redis.call('HGETALL', P .. K.journal .. best)
+    n = n + 1
+  end
+end
+-- Tokens are hints: once their queues are empty they only cause empty claims.
+local empty = true
+for _, q in ipairs(queues) do
+  if redis.call('ZCARD', P .. K.queue .. q) == 0 then redis.call('DEL', P .. K.wake .. q)
+  else empty = false end
+end
+if every and empty then redis.call('DEL', P .. K.wake .. '*') end
+return out
+"""
+
+# KEYS: run, journal. ARGV: P, id, fence, step key, record
+_RECORD = r"""
+if not fenced(ARGV[2], ARGV[3]) then return 0 end
+redis.call('HSET', KEYS[2], ARGV[4], ARGV[5])
+redis.call('HSET', KEYS[1], 'current_step', ARGV[4], 'recoveries', '0')
+return 1
+"""
+
+# KEYS: run, journal. ARGV: P, id, fence, step key, mailbox, now, deadline|'',
+#       record prefix (ends in "value":), timeout record
+_CONSUME = r"""
+local id = ARGV[2]
+if not fenced(id, ARGV[3]) then return {-1} end
+local v = redis.call('LPOP', mbk(id, ARGV[5]))
+if v then
+  redis.call('HSET', KEYS[2], ARGV[4], ARGV[8] .. v .. '}')
+  redis.call('HSET', KEYS[1], 'current_step', ARGV[4], 'recoveries', '0')
+  return {1, v}
+end
+if ARGV[7] ~= '' and tonumber(ARGV[6]) >= tonumber(ARGV[7]) then
+  redis.call('HSET', KEYS[2], ARGV[4], ARGV[9])
+  redis.call('HSET', KEYS[1], 'current_step', ARGV[4], 'recoveries', '0')
+  return {2}
+end
+return {0}
+"""
+
+# KEYS: run, journal. ARGV: P, id, fence, now, deadline|'', waiting status,
+#       n records, (key, record) * n, mailbox ...
+# Re-checks the mailboxes (and the deadline) in the same script that parks the
+# run, so a signal that landed after the activation looked is not lost.
+_SUSPEND = r"""
+local id = ARGV[2]
+if not fenced(id, ARGV[3]) then return -1 end
+local i = 8
+for _ = 1, tonumber(ARGV[7]) do
+  redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
+  i = i + 2
+end
+local ready = ARGV[5] ~= '' and tonumber(ARGV[4]) >= tonumber(ARGV[5])
+local boxes = {}
+for j = i, #ARGV do
+  boxes[#boxes + 1] = ARGV[j]
+  if redis.call('LLEN', mbk(id, ARGV[j])) > 0 then ready = true end
+end
+redis.call('HINCRBY', KEYS[1], 'fence', 1)
+redis.call('HDEL', KEYS[1], 'lease_owner', 'lease_exp')
+redis.call('ZREM', P .. K.leases, id)
+if ready then
+  enqueue(id)
+  return 0
+end
+move(id, ARGV[6])
+redis.call('DEL', P .. K.waits .. id)
+if #boxes > 0 then redis.call('SADD', P .. K.waits .. id, unpack(boxes)) end
+if ARGV[5] ~= '' then redis.call('ZADD', P .. K.timers, ARGV[5], id) end
+return 1
+"""
+
+# KEYS: run. ARGV: P, id, fence, status, now, field, value, ...
+_FINISH = r"""
+local id = ARGV[2]
+if not fenced(id, ARGV[3]) then return -1 end
+local e = move(id, ARGV[4])
+if e then return e end
+local fields = {'finished_at', ARGV[5]}
+for i = 6, #ARGV do fields[#fields + 1] = ARGV[i] end
+redis.call('HSET', KEYS[1], unpack(fields))
+redis.call('HINCRBY', KEYS[1], 'fence', 1)
+unqueue(id)
+finished(id, ARGV[4])
+return 1
+"""
+
+# KEYS: run. ARGV: P, id, fence. Gives a claimed run back (worker shutdown).
+_RELEASE = r"""
+local id = ARGV[2]
+if not fenced(id, ARGV[3]) then return -1 end
+redis.call('HINCRBY', KEYS[1], 'fence', 1)
+redis.call('HDEL', KEYS[1], 'lease_owner', 'lease_exp')
+redis.call('ZREM', P .. K.leases, id)
+enqueue(id)
+return 1
+"""
+
+# ARGV: P, expiry, (id, fence) ... Returns the ids whose lease is lost.
+_RENEW = r"""
+local lost = {}
+for i = 3, #ARGV, 2 do
+  local id = ARGV[i]
+  if fenced(id, ARGV[i + 1]) then
+    redis.call('HSET', rk(id), 'lease_exp', ARGV[2])
+    redis.call('ZADD', P .. K.leases, ARGV[2], id)
+  else
+    lost[#lost + 1] = id
+  end
+end
+return lost
+"""
+
+# ARGV: P, now, limit, max recoveries, error JSON for a run that exceeds them.
+# Fires due timers and recovers runs whose lease expired; returns
+# {fired, recovered, next timer due|'', next lease expiry|''}.
+_TICK = r"""
+local now, limit = ARGV[2], tonumber(ARGV[3])
+local fired, recovered = 0, 0
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', P .. K.timers, '-inf', now, 'LIMIT', 0, limit)) do
+  redis.call('ZREM', P .. K.timers, id)
+  local st = redis.call('HGET', rk(id), 'status')
+  if st == 'waiting_for_signal' or st == 'waiting_for_human' then
+    wake_run(id)
+    fired = fired + 1
+  end
+end
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', P .. K.leases, '-inf', now, 'LIMIT', 0, limit)) do
+  local key = rk(id)
+  redis.call('ZREM', P .. K.leases, id)
+  if redis.call('HGET', key, 'status') == 'running' then
+    redis.call('HINCRBY', key, 'fence', 1)
+    redis.call('HDEL', key, 'lease_owner', 'lease_exp')
+    if redis.call('HINCRBY', key, 'recoveries', 1) > tonumber(ARGV[4]) then
+      move(id, 'failed')
+      redis.call('HSET', key, 'finished_at', now, 'error', ARGV[5],
+                 'reason', 'max_recoveries_exceeded')
+      unqueue(id)
+      finished(id, 'failed')
+    else
+      move(id, 'replaying')
+      enqueue(id)
+    end
+    recovered = recovered + 1
+  end
+end
+local nt = redis.call('ZRANGE', P .. K.timers, 0, 0, 'WITHSCORES')
+local nl = redis.call('ZRANGE', P .. K.leases, 0, 0, 'WITHSCORES')
+return {fired, recovered, nt[2] or '', nl[2] or ''}
+"""
+
+# KEYS: run. ARGV: P, id, mailbox, payload JSON, dedup id|''
+_SIGNAL = r"""
+local id = ARGV[2]
+local st = redis.call('HGET', KEYS[1], 'status')
+if not st then return err('not_found') end
+if TERMINAL[st] then return err('transition', st, 'running') end
+if ARGV[5] ~= '' and redis.call('SADD', P .. K.dedup .. id, ARGV[5]) == 0 then return {0} end
+redis.call('RPUSH', mbk(id, ARGV[3]), ARGV[4])
+redis.call('SADD', P .. K.mailboxes .. id, ARGV[3])
+if (st == 'waiting_for_signal' or st == 'waiting_for_human')
+    and redis.call('SISMEMBER', P .. K.waits .. id, ARGV[3]) == 1 then
+  wake_run(id)
+end
+return {1}
+"""
+
+# KEYS: run. ARGV: P, id, reason, now
+_CANCEL = r"""
+local id = ARGV[2]
+local st = redis.call('HGET', KEYS[1], 'status')
+if not st then return err('not_found') end
+local e = move(id, 'canceled')
+if e then return e end
+redis.call('HSET', KEYS[1], 'reason', ARGV[3], 'finished_at', ARGV[4])
+redis.call('HINCRBY', KEYS[1], 'fence', 1)
+unqueue(id)
+finished(id, 'canceled')
+return {1}
+"""
+
+# KEYS: run, journal. ARGV: P, id, step key whose failure record to discard|''
+# The explicit way out of failed/canceled (and a nudge for a waiting run).
+_RESUME = r"""
+local id = ARGV[2]
+local st = redis.call('HGET', KEYS[1], 'status')
+if not st then return err('not_found') end
+if not (st == 'failed' or st == 'canceled' or st == 'waiting_for_signal'
+        or st == 'waiting_for_human') then
+  return err('transition', st, 'running')
+end
+if ARGV[3] ~= '' then redis.call('HDEL', KEYS[2], ARGV[3]) end
+redis.call('HDEL', KEYS[1], 'result', 'result_type', 'error', 'reason', 'finished_at')
+redis.call('HSET', KEYS[1], 'recoveries', '0')
+move(id, 'running', true)
+redis.call('DEL', P .. K.waits .. id)
+redis.call('ZREM', P .. K.timers, id)
+enqueue(id)
+return {1}
+"""
+
+#: name -> full Lua source (prelude + body)
+SCRIPTS: dict[str, str] = {
+    name: PRELUDE + body
+    for name, body in {
+        "start": _START,
+        "claim": _CLAIM,
+        "record": _RECORD,
+        "consume": _CONSUME,
+        "suspend": _SUSPEND,
+        "finish": _FINISH,
+        "release": _RELEASE,
+        "renew": _RENEW,
+        "tick": _TICK,
+        "signal": _SIGNAL,
+        "cancel": _CANCEL,
+        "resume": _RESUME,
+    }.items()
+}

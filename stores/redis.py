@@ -1,0 +1,386 @@
+"""The Redis store: the canonical implementation of the store protocol.
+
+One `RedisStore` wraps one redis-py asyncio client. Clients belong to the
+event loop that created them, so make a store inside the loop that uses it
+(never at module level).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlsplit
+
+import redis.asyncio as aioredis
+from redis.commands.core import AsyncScript
+
+from sdk._serde import loads
+from sdk._types import ErrorInfo, RunRecord, RunStatus
+from sdk.errors import IdempotencyConflict, InvalidTransition, LeaseLost, RunNotFound
+from stores._keys import Keys
+from stores._protocol import Claim, NewRun, StartOutcome, StoredRun, TickResult
+from stores._scripts import SCRIPTS
+
+__all__ = ["RedisStore"]
+
+
+def _ts(value: str | None) -> datetime | None:
+    return None if value is None else datetime.fromtimestamp(float(value), UTC)
+
+
+def _num(value: float) -> str:
+    # repr keeps every digit of a float; Lua compares with tonumber.
+    return repr(float(value))
+
+
+def parse_run(run_id: str, h: dict[str, str]) -> StoredRun:
+    """Build a `StoredRun` from a run hash (as HGETALL returns it)."""
+    err = h.get("error")
+    error = ErrorInfo(**loads(err)) if err else None
+    raw_result = h.get("result")
+    record = RunRecord(
+        run_id=run_id,
+        flow=h["flow"],
+        status=RunStatus(h["status"]),
+        created_at=datetime.fromtimestamp(float(h["created_at"]), UTC),
+        queue=h["queue"],
+        priority=int(h["priority"]),
+        flow_version=h.get("flow_version") or None,
+        tenant_id=h.get("tenant_id") or None,
+        started_at=_ts(h.get("started_at")),
+        finished_at=_ts(h.get("finished_at")),
+        current_step_id=h.get("current_step") or None,
+        result=loads(raw_result) if raw_result is not None else None,
+        error=error,
+        reason=h.get("reason") or None,
+        recoveries=int(h.get("recoveries", 0)),
+        format_version=int(h.get("v", 1)),
+    )
+    return StoredRun(
+        record=record,
+        args=h["args"],
+        fence=int(h.get("fence", 0)),
+        result_type=h.get("result_type") or None,
+        raw_result=raw_result,
+    )
+
+
+def _flat(pairs: list[str]) -> dict[str, str]:
+    return dict(zip(pairs[::2], pairs[1::2], strict=True))
+
+
+class RedisStore:
+    """Steadyflow's storage on Redis (or on fakeredis, for ``memory://``).
+
+    Args:
+        client: a redis-py asyncio client created with ``decode_responses=True``.
+        prefix: first part of every key; deployments sharing a Redis use different ones.
+        partitions: how many hash-tag partitions runs spread over (1 unless on a
+            Redis Cluster); every process of a deployment must use the same number.
+
+    Example::
+
+        store = RedisStore.from_url("redis://localhost:6379/0")
+    """
+
+    def __init__(self, client: aioredis.Redis, *, prefix: str = "sf", partitions: int = 1) -> None:
+        self.client = client
+        self.keys = Keys(prefix, partitions)
+        self._scripts: dict[str, AsyncScript] = {
+            name: client.register_script(src) for name, src in SCRIPTS.items()
+        }
+        self._blocking: aioredis.Redis | None = None
+        self._label = "redis"
+
+    @classmethod
+    def from_url(
+        cls, url: str, *, prefix: str = "sf", partitions: int = 1, **kwargs: Any
+    ) -> RedisStore:
+        """A store on ``redis://`` or ``rediss://`` (TLS) URL; user and password come from it.
+
+        Extra keyword arguments go to `redis.asyncio.Redis.from_url`.
+        """
+        scheme = urlsplit(url).scheme
+        if scheme not in ("redis", "rediss", "unix"):
+            raise ValueError(f"unsupported store URL scheme {scheme!r} in {_redact(url)!r}")
+        kwargs.setdefault("health_check_interval", 30)
+        client = aioredis.Redis.from_url(url, decode_responses=True, **kwargs)
+        store = cls(client, prefix=prefix, partitions=partitions)
+        store._label = _redact(url)
+        return store
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "store": self._label,
+            "prefix": self.keys.prefix,
+            "partitions": self.keys.partitions,
+        }
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
+    # -- helpers ---------------------------------------------------------
+
+    async def _call(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        return await self._scripts[name](keys=list(keys), args=list(args))
+
+    @staticmethod
+    def _raise(run_id: str, reply: Any) -> None:
+        if isinstance(reply, list) and reply and reply[0] == "err":
+            code = reply[1]
+            if code == "not_found":
+                raise RunNotFound(run_id)
+            if code == "transition":
+                raise InvalidTransition(run_id, RunStatus(reply[2]), RunStatus(reply[3]))
+            raise RuntimeError(f"run {run_id!r}: store script failed with {reply!r}")
+
+    def _partitions(self) -> range:
+        return range(self.keys.partitions)
+
+    # -- runs -------------------------------------------------------------
+
+    async def create_run(self, new: NewRun) -> StartOutcome:
+        k = self.keys
+        fields: list[Any] = [
+            "v", "1",
+            "id", new.run_id,
+            "flow", new.flow,
+            "args", new.args,
+            "queue", new.queue,
+            "priority", str(new.priority),
+            "created_at", _num(new.created_at),
+            "fence", "0",
+            "recoveries", "0",
+        ]  # fmt: skip
+        if new.flow_version is not None:
+            fields += ["flow_version", new.flow_version]
+        if new.tenant_id is not None:
+            fields += ["tenant_id", new.tenant_id]
+        code, status = await self._call(
+            "start",
+            [k.run(new.run_id)],
+            [k.base_of(new.run_id), new.run_id, new.args_hash, *fields],
+        )
+        if code == -1:
+            raise IdempotencyConflict(
+                f"run {new.run_id!r} already exists with different arguments or flow"
+            )
+        return StartOutcome(created=code == 1, status=RunStatus(status))
+
+    async def get_run(self, run_id: str) -> StoredRun | None:
+        h: Any = await self.client.hgetall(self.keys.run(run_id))
+        return parse_run(run_id, h) if h else None
+
+    async def list_runs(
+        self, status: RunStatus | None, flow: str | None, limit: int
+    ) -> list[StoredRun]:
+        found: list[StoredRun] = []
+        for p in self._partitions():
+            index = self.keys.status_index(p, status.value) if status else self.keys.all_runs(p)
+            start = 0
+            while len(found) < limit * (p + 1):
+                ids: Any = await self.client.zrevrange(index, start, start + 99)
+                if not ids:
+                    break
+                start += len(ids)
+                async with self.client.pipeline(transaction=False) as pipe:
+                    for run_id in ids:
+                        pipe.hgetall(self.keys.run(run_id))
+                    hashes = await pipe.execute()
+                for run_id, h in zip(ids, hashes, strict=True):
+                    if h and (flow is None or h["flow"] == flow):
+                        found.append(parse_run(run_id, h))
+        found.sort(key=lambda r: r.record.created_at, reverse=True)
+        return found[:limit]
+
+    # -- activations ----------------------------------------------------------
+
+    async def claim(
+        self, owner: str, queues: Sequence[str] | None, limit: int, now: float, lease_ttl: float
+    ) -> list[Claim]:
+        claims: list[Claim] = []
+        for p in self._partitions():
+            if len(claims) >= limit:
+                break
+            reply = await self._call(
+                "claim",
+                [],
+                [
+                    self.keys.base(p),
+                    owner,
+                    _num(now),
+                    _num(now + lease_ttl),
+                    str(limit - len(claims)),
+                    *(queues or ()),
+                ],
+            )
+            for i in range(0, len(reply), 2):
+                h = _flat(reply[i])
+                journal = _flat(reply[i + 1])
+                claims.append(Claim(parse_run(h["id"], h), journal))
+        return claims
+
+    async def record(self, run_id: str, fence: int, key: str, record: str) -> None:
+        k = self.keys
+        ok = await self._call(
+            "record",
+            [k.run(run_id), k.journal(run_id)],
+            [k.base_of(run_id), run_id, str(fence), key, record],
+        )
+        if ok != 1:
+            raise LeaseLost(f"run {run_id!r}: lease lost; step {key!r} was not recorded")
+
+    async def consume(
+        self,
+        run_id: str,
+        fence: int,
+        key: str,
+        mailbox: str,
+        now: float,
+        deadline: float | None,
+        record_prefix: str,
+        timeout_record: str,
+    ) -> tuple[int, str | None]:
+        k = self.keys
+        reply = await self._call(
+            "consume",
+            [k.run(run_id), k.journal(run_id)],
+            [
+                k.base_of(run_id), run_id, str(fence), key, mailbox, _num(now),
+                "" if deadline is None else _num(deadline), record_prefix, timeout_record,
+            ],
+        )  # fmt: skip
+        if reply[0] == -1:
+            raise LeaseLost(f"run {run_id!r}: lease lost while waiting at {key!r}")
+        return int(reply[0]), (reply[1] if len(reply) > 1 else None)
+
+    async def suspend(
+        self,
+        run_id: str,
+        fence: int,
+        now: float,
+        deadline: float | None,
+        status: RunStatus,
+        records: Sequence[tuple[str, str]],
+        mailboxes: Sequence[str],
+    ) -> bool:
+        k = self.keys
+        flat = [x for pair in records for x in pair]
+        reply = await self._call(
+            "suspend",
+            [k.run(run_id), k.journal(run_id)],
+            [
+                k.base_of(run_id), run_id, str(fence), _num(now),
+                "" if deadline is None else _num(deadline), status.value,
+                str(len(records)), *flat, *mailboxes,
+            ],
+        )  # fmt: skip
+        if reply == -1:
+            raise LeaseLost(f"run {run_id!r}: lease lost before it could suspend")
+        return bool(reply == 1)
+
+    async def finish(
+        self, run_id: str, fence: int, status: RunStatus, now: float, fields: dict[str, str]
+    ) -> None:
+        k = self.keys
+        flat = [x for pair in fields.items() for x in pair]
+        reply = await self._call(
+            "finish",
+            [k.run(run_id)],
+            [k.base_of(run_id), run_id, str(fence), status.value, _num(now), *flat],
+        )
+        if reply == -1:
+            raise LeaseLost(f"run {run_id!r}: lease lost; its {status.value} outcome was dropped")
+        self._raise(run_id, reply)
+
+    async def release(self, run_id: str, fence: int) -> None:
+        k = self.keys
+        await self._call("release", [k.run(run_id)], [k.base_of(run_id), run_id, str(fence)])
+
+    async def renew(self, leases: Sequence[tuple[str, int]], expiry: float) -> list[str]:
+        by_part: dict[int, list[str]] = {}
+        for run_id, fence in leases:
+            by_part.setdefault(self.keys.partition(run_id), []).extend((run_id, str(fence)))
+        lost: list[str] = []
+        for p, flat in by_part.items():
+            lost += await self._call("renew", [], [self.keys.base(p), _num(expiry), *flat])
+        return lost
+
+    async def tick(
+        self, now: float, max_recoveries: int, recovery_error: str, limit: int = 100
+    ) -> TickResult:
+        fired = recovered = 0
+        due: list[float] = []
+        for p in self._partitions():
+            f, r, nt, nl = await self._call(
+                "tick",
+                [],
+                [self.keys.base(p), _num(now), str(limit), str(max_recoveries), recovery_error],
+            )
+            fired += int(f)
+            recovered += int(r)
+            due += [float(x) for x in (nt, nl) if x != ""]
+        return TickResult(fired, recovered, min(due) if due else None)
+
+    # -- client operations ---------------------------------------------------
+
+    async def signal(self, run_id: str, mailbox: str, payload: str, dedup_id: str | None) -> bool:
+        k = self.keys
+        reply = await self._call(
+            "signal",
+            [k.run(run_id)],
+            [k.base_of(run_id), run_id, mailbox, payload, dedup_id or ""],
+        )
+        self._raise(run_id, reply)
+        return bool(reply[0] == 1)
+
+    async def cancel(self, run_id: str, reason: str, now: float) -> None:
+        k = self.keys
+        reply = await self._call(
+            "cancel", [k.run(run_id)], [k.base_of(run_id), run_id, reason, _num(now)]
+        )
+        self._raise(run_id, reply)
+
+    async def resume(self, run_id: str, discard_key: str | None) -> None:
+        k = self.keys
+        reply = await self._call(
+            "resume",
+            [k.run(run_id), k.journal(run_id)],
+            [k.base_of(run_id), run_id, discard_key or ""],
+        )
+        self._raise(run_id, reply)
+
+    # -- blocking waits --------------------------------------------------------
+
+    def _blocking_client(self) -> aioredis.Redis:
+        # Blocking reads hold a connection each; the pool grows for them on demand.
+        return self.client
+
+    async def wait_ready(self, queues: Sequence[str] | None, timeout: float) -> bool:
+        names = list(queues) if queues else [None]
+        keys = [self.keys.wake(p, q) for p in self._partitions() for q in names]
+        # BLPOP's timeout is in seconds (0 would block forever).
+        reply = await self._blocking_client().blpop(keys, timeout=max(timeout, 0.001))
+        return reply is not None
+
+    async def finish_marker(self, run_id: str) -> str:
+        entries = await self.client.xrevrange(self.keys.done(run_id), count=1)
+        return str(entries[0][0]) if entries else "0-0"
+
+    async def wait_finished(self, run_id: str, after: str, timeout: float) -> str | None:
+        key = self.keys.done(run_id)
+        reply: Any = await self._blocking_client().xread(
+            {key: after}, count=1, block=max(1, int(timeout * 1000))
+        )
+        if not reply:
+            return None
+        return str(reply[0][1][-1][0])
+
+
+def _redact(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+    return parts._replace(netloc=netloc).geturl()

@@ -1,0 +1,81 @@
+"""`FakeClock`: time that moves only when a test says so."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import freezegun
+
+from sdk._clock import seconds
+
+__all__ = ["FakeClock"]
+
+
+class FakeClock:
+    """A clock for tests, built on freezegun.
+
+    The engine reads `time()` / `now()`. While the clock is started (``with
+    clock:``, or inside `FlowTestEnv`), freezegun makes ``datetime.now()``,
+    ``time.time()`` and friends in code under test return the same fake time.
+    The event loop's own clock stays real (``real_asyncio=True``), so
+    ``asyncio.sleep`` and timeouts still work.
+
+    Args:
+        start: an aware datetime, or epoch seconds; default now, to the second.
+
+    Example::
+
+        clock = FakeClock(datetime(2030, 1, 1, tzinfo=UTC))
+        clock.advance(timedelta(days=30))
+    """
+
+    def __init__(self, start: datetime | float | None = None) -> None:
+        if start is None:
+            start = datetime.now(UTC).replace(microsecond=0)
+        elif isinstance(start, (int, float)):
+            start = datetime.fromtimestamp(start, UTC)
+        elif start.tzinfo is None:
+            raise ValueError("FakeClock(start=...) needs a timezone-aware datetime")
+        self._now: datetime = start.astimezone(UTC)
+        self._freezer: Any = None
+        self._factory: Any = None
+
+    def time(self) -> float:
+        """Fake seconds since the epoch."""
+        return self._now.timestamp()
+
+    def now(self) -> datetime:
+        """Fake current time (UTC)."""
+        return self._now
+
+    def advance(self, delta: float | timedelta) -> None:
+        """Move time forward by seconds or a timedelta (never backward)."""
+        secs = seconds(delta, "advance")
+        if secs < 0:
+            raise ValueError(f"a FakeClock only moves forward; got {delta!r}")
+        self._now += timedelta(seconds=secs)
+        if self._factory is not None:
+            self._factory.move_to(self._now)
+
+    @property
+    def started(self) -> bool:
+        return self._freezer is not None
+
+    def start(self) -> FakeClock:
+        """Make the wall clock of code under test read this clock."""
+        if self._freezer is None:
+            self._freezer = freezegun.freeze_time(self._now, real_asyncio=True)
+            self._factory = self._freezer.start()
+        return self
+
+    def stop(self) -> None:
+        if self._freezer is not None:
+            self._freezer.stop()
+            self._freezer = self._factory = None
+
+    def __enter__(self) -> FakeClock:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
