@@ -217,14 +217,30 @@ class Activation:
             if rec.due is not None and self.clock.time() < rec.due:
                 self._pending.append(_Pending(key, None, None, rec.due, False))
                 raise self._suspend()
-        policy = spec.retry or self.flow.retry
         task = asyncio.current_task()
+        if task is not None:
+            # tracked until the result is written: a suspension settles it first
+            self._in_step.add(task)
+        try:
+            return await self._attempts(spec, args, kwargs, key, pos, attempts)
+        finally:
+            if task is not None:
+                self._in_step.discard(task)
+
+    async def _attempts(
+        self,
+        spec: StepSpec,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        key: str,
+        pos: int,
+        attempts: int,
+    ) -> Any:
+        policy = spec.retry or self.flow.retry
         while True:
             if self.suspending:
                 raise self._suspend()
             self._maybe_crash(key, "before")
-            if task is not None:
-                self._in_step.add(task)
             token = _step_var.set(
                 StepContext(self.run_id, key, attempts + 1, f"{self.run_id}:{key}")
             )
@@ -234,8 +250,6 @@ class Activation:
                     value = await value
             except Exception as exc:
                 _step_var.reset(token)
-                if task is not None:
-                    self._in_step.discard(task)
                 if self.crashed:
                     raise _Crash(_TOKEN, key) from None
                 attempts += 1
@@ -250,8 +264,6 @@ class Activation:
                 await asyncio.sleep(delay)
                 continue
             _step_var.reset(token)
-            if task is not None:
-                self._in_step.discard(task)
             self._maybe_crash(key, "after")
             try:
                 data, tpath = encode_value(value, spec.return_type(), _what(key))

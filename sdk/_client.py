@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sdk._clock import Clock, SystemClock
 from sdk._registry import FlowDef, flow_def_of, registered_flows
@@ -18,7 +18,9 @@ from sdk.errors import (
     RunNotFound,
     SerializationError,
 )
-from stores._protocol import NewRun, Store, StoredRun
+
+if TYPE_CHECKING:
+    from stores._protocol import Store, StoredRun
 
 __all__ = ["Authorizer", "Client", "RunHandle"]
 
@@ -75,8 +77,7 @@ class RunHandle:
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         while True:
-            marker = await store.finish_marker(self.run_id)
-            stored = await store.get_run(self.run_id)
+            stored, marker = await store.watch(self.run_id)
             if stored is None:
                 raise RunNotFound(self.run_id)
             if stored.record.status.is_terminal:
@@ -159,6 +160,8 @@ class Client:
             }
             args_json = dumps({"args": enc_args, "kwargs": enc_kwargs, "types": {}})
             version = None
+        from stores._protocol import NewRun  # stores imports sdk: import at use
+
         digest = hashlib.sha256(f"{name}\n{args_json}".encode()).hexdigest()
         await self.store.create_run(
             NewRun(

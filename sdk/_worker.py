@@ -10,7 +10,7 @@ import os
 import socket
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sdk._activation import Activation, Engine
 from sdk._clock import Clock, SystemClock
@@ -19,7 +19,9 @@ from sdk._registry import FlowDef, flow_def_of, registered_flows
 from sdk._serde import converter, dumps
 from sdk._types import ErrorInfo, Reason, RunStatus
 from sdk.errors import LeaseLost
-from stores._protocol import Claim, Store
+
+if TYPE_CHECKING:
+    from stores._protocol import Claim, Store
 
 __all__ = ["Worker"]
 
@@ -116,22 +118,21 @@ class Worker:
 
     # -- one pass ------------------------------------------------------------------
 
-    async def _tick(self) -> float | None:
-        result = await self.store.tick(self.clock.time(), self.max_recoveries, self._recovery_error)
-        if result.recovered:
-            log.warning("recovered %d run(s) whose lease expired", result.recovered)
-        return result.next_due
+    async def _poll(self) -> tuple[int, float | None]:
+        """Fire due timers, recover expired leases and claim what fits: one round trip.
 
-    async def _claim(self) -> int:
-        free = self.concurrency - len(self._inflight)
-        if free <= 0:
-            return 0
-        claims = await self.store.claim(
-            self.owner, self.queues, free, self.clock.time(), self.lease_ttl
-        )
+        Returns how many runs were claimed and when the next timer or lease is due.
+        """
+        free = max(self.concurrency - len(self._inflight), 0)
+        claims, tick = await self.store.poll(
+            self.owner, self.queues, free, self.clock.time(), self.lease_ttl,
+            self.max_recoveries, self._recovery_error,
+        )  # fmt: skip
+        if tick.recovered:
+            log.warning("recovered %d run(s) whose lease expired", tick.recovered)
         for claim in claims:
             self._spawn(claim)
-        return len(claims)
+        return len(claims), tick.next_due
 
     def _spawn(self, claim: Claim) -> None:
         run_id = claim.run.record.run_id
@@ -216,8 +217,7 @@ class Worker:
         hb = asyncio.create_task(self._heartbeat())
         try:
             while True:
-                await self._tick()
-                claimed = await self._claim()
+                claimed, _ = await self._poll()
                 if claimed:
                     continue
                 if not self._inflight:
@@ -239,8 +239,7 @@ class Worker:
         try:
             while not self._stop.is_set():
                 try:
-                    next_due = await self._tick()
-                    claimed = await self._claim()
+                    claimed, next_due = await self._poll()
                     backoff = 0.1
                 except asyncio.CancelledError:
                     raise

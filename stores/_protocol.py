@@ -92,6 +92,19 @@ class Store(Protocol):
         """Take up to `limit` ready runs, highest priority first, with their journals."""
         ...
 
+    async def poll(
+        self,
+        owner: str,
+        queues: Sequence[str] | None,
+        limit: int,
+        now: float,
+        lease_ttl: float,
+        max_recoveries: int,
+        recovery_error: str,
+    ) -> tuple[list[Claim], TickResult]:
+        """`tick` then `claim`, in one round trip per partition (a worker's loop)."""
+        ...
+
     async def record(self, run_id: str, fence: int, key: str, record: str) -> None: ...
 
     async def consume(
@@ -156,6 +169,10 @@ class Store(Protocol):
 
     async def wait_finished(self, run_id: str, after: str, timeout: float) -> str | None:
         """Block until the run finishes after stream id `after`; returns the new id."""
+        ...
+
+    async def watch(self, run_id: str) -> tuple[StoredRun | None, str]:
+        """The run and its `finish_marker`, in one round trip."""
         ...
 
     async def finish_marker(self, run_id: str) -> str:

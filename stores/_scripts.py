@@ -64,6 +64,13 @@ end
 
 -- Put a run on its ready queue (lower priority first, FIFO within one) and
 -- leave a wake-up token for the workers of that queue and of every queue.
+local function nudge(q)
+  for _, w in ipairs({P .. K.wake .. q, P .. K.wake .. '*'}) do
+    redis.call('LPUSH', w, '1')
+    redis.call('LTRIM', w, 0, 1023)
+  end
+end
+
 local function enqueue(id)
   local key = rk(id)
   local q = redis.call('HGET', key, 'queue')
@@ -71,10 +78,7 @@ local function enqueue(id)
   local seq = redis.call('INCR', P .. K.seq)
   redis.call('ZADD', P .. K.queue .. q, string.format('%.0f', prio * 1099511627776 + seq), id)
   redis.call('SADD', P .. K.queues, q)
-  for _, w in ipairs({P .. K.wake .. q, P .. K.wake .. '*'}) do
-    redis.call('LPUSH', w, '1')
-    redis.call('LTRIM', w, 0, 1023)
-  end
+  nudge(q)
 end
 
 -- Take a run off every index that would make it run or wake.
@@ -107,6 +111,90 @@ local function wake_run(id)
   enqueue(id)
   return nil
 end
+
+-- Fire due timers and recover runs whose lease expired. Returns
+-- fired, recovered, next timer due ('' if none), next lease expiry ('' if none).
+local function maintain(now, limit, max_recoveries, recovery_error)
+  local fired, recovered = 0, 0
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', P .. K.timers, '-inf', now, 'LIMIT', 0, limit)) do
+    redis.call('ZREM', P .. K.timers, id)
+    local st = redis.call('HGET', rk(id), 'status')
+    if st == 'waiting_for_signal' or st == 'waiting_for_human' then
+      wake_run(id)
+      fired = fired + 1
+    end
+  end
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', P .. K.leases, '-inf', now, 'LIMIT', 0, limit)) do
+    local key = rk(id)
+    redis.call('ZREM', P .. K.leases, id)
+    if redis.call('HGET', key, 'status') == 'running' then
+      redis.call('HINCRBY', key, 'fence', 1)
+      redis.call('HDEL', key, 'lease_owner', 'lease_exp')
+      if redis.call('HINCRBY', key, 'recoveries', 1) > tonumber(max_recoveries) then
+        move(id, 'failed')
+        redis.call('HSET', key, 'finished_at', now, 'error', recovery_error,
+                   'reason', 'max_recoveries_exceeded')
+        unqueue(id)
+        finished(id, 'failed')
+      else
+        move(id, 'replaying')
+        enqueue(id)
+      end
+      recovered = recovered + 1
+    end
+  end
+  local nt = redis.call('ZRANGE', P .. K.timers, 0, 0, 'WITHSCORES')
+  local nl = redis.call('ZRANGE', P .. K.leases, 0, 0, 'WITHSCORES')
+  return fired, recovered, nt[2] or '', nl[2] or ''
+end
+
+-- Take up to `limit` ready runs (lowest score first across `queues`; every
+-- queue when `every`), lease them to `owner`, and return for each its run
+-- hash and its whole journal.
+local function take(owner, now, expiry, limit, queues, every)
+  if every then queues = redis.call('SMEMBERS', P .. K.queues) end
+  local out = {}
+  local n = 0
+  while n < limit do
+    local best, bestq, bests = nil, nil, nil
+    for _, q in ipairs(queues) do
+      local r = redis.call('ZRANGE', P .. K.queue .. q, 0, 0, 'WITHSCORES')
+      if r[1] and (best == nil or tonumber(r[2]) < bests) then
+        best, bestq, bests = r[1], q, tonumber(r[2])
+      end
+    end
+    if best == nil then break end
+    redis.call('ZREM', P .. K.queue .. bestq, best)
+    local key = rk(best)
+    local st = redis.call('HGET', key, 'status')
+    -- anything else is a stale entry (e.g. canceled meanwhile): drop it
+    if st == 'pending' or st == 'running' or st == 'replaying' then
+      if st ~= 'running' then move(best, 'running') end
+      if st == 'pending' then redis.call('HSET', key, 'started_at', now) end
+      redis.call('HINCRBY', key, 'fence', 1)
+      redis.call('HSET', key, 'lease_owner', owner, 'lease_exp', expiry)
+      redis.call('ZADD', P .. K.leases, expiry, best)
+      out[#out + 1] = redis.call('HGETALL', key)
+      out[#out + 1] = redis.call('HGETALL', P .. K.journal .. best)
+      n = n + 1
+    end
+  end
+  -- Tokens are hints: once their queues are empty they only cause empty claims.
+  local empty = true
+  for _, q in ipairs(queues) do
+    if redis.call('ZCARD', P .. K.queue .. q) == 0 then redis.call('DEL', P .. K.wake .. q)
+    else empty = false end
+  end
+  if every and empty then redis.call('DEL', P .. K.wake .. '*') end
+  return out
+end
+
+local function queue_args(from)
+  local queues = {}
+  for i = from, #ARGV do queues[#queues + 1] = ARGV[i] end
+  return queues, #ARGV < from
+end
+
 """
 )
 
@@ -126,47 +214,25 @@ enqueue(id)
 return {1, 'pending'}
 """
 
+
 # ARGV: P, owner, now, expiry, limit, [queue ...] (none: every queue)
 _CLAIM = r"""
-local owner, now, expiry, limit = ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
-local queues = {}
-local every = #ARGV < 6
-if every then queues = redis.call('SMEMBERS', P .. K.queues)
-else for i = 6, #ARGV do queues[#queues + 1] = ARGV[i] end end
-local out = {}
-local n = 0
-while n < limit do
-  local best, bestq, bests = nil, nil, nil
-  for _, q in ipairs(queues) do
-    local r = redis.call('ZRANGE', P .. K.queue .. q, 0, 0, 'WITHSCORES')
-    if r[1] and (best == nil or tonumber(r[2]) < bests) then
-      best, bestq, bests = r[1], q, tonumber(r[2])
-    end
-  end
-  if best == nil then break end
-  redis.call('ZREM', P .. K.queue .. bestq, best)
-  local key = rk(best)
-  local st = redis.call('HGET', key, 'status')
-  -- anything else is a stale entry (e.g. canceled meanwhile): drop it
-  if st == 'pending' or st == 'running' or st == 'replaying' then
-    if st ~= 'running' then move(best, 'running') end
-    if st == 'pending' then redis.call('HSET', key, 'started_at', now) end
-    redis.call('HINCRBY', key, 'fence', 1)
-    redis.call('HSET', key, 'lease_owner', owner, 'lease_exp', expiry)
-    redis.call('ZADD', P .. K.leases, expiry, best)
-    out[#out + 1] = redis.call('HGETALL', key)
-    out[#out + 1] = redis.call('HGETALL', P .. K.journal .. best)
-    n = n + 1
-  end
-end
--- Tokens are hints: once their queues are empty they only cause empty claims.
-local empty = true
-for _, q in ipairs(queues) do
-  if redis.call('ZCARD', P .. K.queue .. q) == 0 then redis.call('DEL', P .. K.wake .. q)
-  else empty = false end
-end
-if every and empty then redis.call('DEL', P .. K.wake .. '*') end
-return out
+local queues, every = queue_args(6)
+return take(ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]), queues, every)
+"""
+
+# ARGV: P, now, limit, max recoveries, error JSON for a run that exceeds them.
+_TICK = r"""
+local f, r, nt, nl = maintain(ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5])
+return {f, r, nt, nl}
+"""
+
+# ARGV: P, owner, now, expiry, limit, max recoveries, error JSON, [queue ...]
+# A worker's whole loop in one round trip: maintain, then take.
+_POLL = r"""
+local f, r, nt, nl = maintain(ARGV[3], 100, ARGV[6], ARGV[7])
+local queues, every = queue_args(8)
+return {{f, r, nt, nl}, take(ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]), queues, every)}
 """
 
 # KEYS: run, journal. ARGV: P, id, fence, step key, record
@@ -224,7 +290,11 @@ end
 move(id, ARGV[6])
 redis.call('DEL', P .. K.waits .. id)
 if #boxes > 0 then redis.call('SADD', P .. K.waits .. id, unpack(boxes)) end
-if ARGV[5] ~= '' then redis.call('ZADD', P .. K.timers, ARGV[5], id) end
+if ARGV[5] ~= '' then
+  redis.call('ZADD', P .. K.timers, ARGV[5], id)
+  -- idle workers block until the deadline they knew of: let one look again
+  nudge(redis.call('HGET', KEYS[1], 'queue'))
+end
 return 1
 """
 
@@ -269,43 +339,6 @@ end
 return lost
 """
 
-# ARGV: P, now, limit, max recoveries, error JSON for a run that exceeds them.
-# Fires due timers and recovers runs whose lease expired; returns
-# {fired, recovered, next timer due|'', next lease expiry|''}.
-_TICK = r"""
-local now, limit = ARGV[2], tonumber(ARGV[3])
-local fired, recovered = 0, 0
-for _, id in ipairs(redis.call('ZRANGEBYSCORE', P .. K.timers, '-inf', now, 'LIMIT', 0, limit)) do
-  redis.call('ZREM', P .. K.timers, id)
-  local st = redis.call('HGET', rk(id), 'status')
-  if st == 'waiting_for_signal' or st == 'waiting_for_human' then
-    wake_run(id)
-    fired = fired + 1
-  end
-end
-for _, id in ipairs(redis.call('ZRANGEBYSCORE', P .. K.leases, '-inf', now, 'LIMIT', 0, limit)) do
-  local key = rk(id)
-  redis.call('ZREM', P .. K.leases, id)
-  if redis.call('HGET', key, 'status') == 'running' then
-    redis.call('HINCRBY', key, 'fence', 1)
-    redis.call('HDEL', key, 'lease_owner', 'lease_exp')
-    if redis.call('HINCRBY', key, 'recoveries', 1) > tonumber(ARGV[4]) then
-      move(id, 'failed')
-      redis.call('HSET', key, 'finished_at', now, 'error', ARGV[5],
-                 'reason', 'max_recoveries_exceeded')
-      unqueue(id)
-      finished(id, 'failed')
-    else
-      move(id, 'replaying')
-      enqueue(id)
-    end
-    recovered = recovered + 1
-  end
-end
-local nt = redis.call('ZRANGE', P .. K.timers, 0, 0, 'WITHSCORES')
-local nl = redis.call('ZRANGE', P .. K.leases, 0, 0, 'WITHSCORES')
-return {fired, recovered, nt[2] or '', nl[2] or ''}
-"""
 
 # KEYS: run. ARGV: P, id, mailbox, payload JSON, dedup id|''
 _SIGNAL = r"""
@@ -370,6 +403,7 @@ SCRIPTS: dict[str, str] = {
         "release": _RELEASE,
         "renew": _RENEW,
         "tick": _TICK,
+        "poll": _POLL,
         "signal": _SIGNAL,
         "cancel": _CANCEL,
         "resume": _RESUME,

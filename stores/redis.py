@@ -221,6 +221,37 @@ class RedisStore:
                 claims.append(Claim(parse_run(h["id"], h), journal))
         return claims
 
+    async def poll(
+        self,
+        owner: str,
+        queues: Sequence[str] | None,
+        limit: int,
+        now: float,
+        lease_ttl: float,
+        max_recoveries: int,
+        recovery_error: str,
+    ) -> tuple[list[Claim], TickResult]:
+        claims: list[Claim] = []
+        fired = recovered = 0
+        due: list[float] = []
+        for p in self._partitions():
+            (f, r, nt, nl), taken = await self._call(
+                "poll",
+                [],
+                [
+                    self.keys.base(p), owner, _num(now), _num(now + lease_ttl),
+                    str(max(limit - len(claims), 0)), str(max_recoveries), recovery_error,
+                    *(queues or ()),
+                ],
+            )  # fmt: skip
+            fired += int(f)
+            recovered += int(r)
+            due += [float(x) for x in (nt, nl) if x != ""]
+            for i in range(0, len(taken), 2):
+                h = _flat(taken[i])
+                claims.append(Claim(parse_run(h["id"], h), _flat(taken[i + 1])))
+        return claims, TickResult(fired, recovered, min(due) if due else None)
+
     async def record(self, run_id: str, fence: int, key: str, record: str) -> None:
         k = self.keys
         ok = await self._call(
@@ -363,6 +394,14 @@ class RedisStore:
         # BLPOP's timeout is in seconds (0 would block forever).
         reply = await self._blocking_client().blpop(keys, timeout=max(timeout, 0.001))
         return reply is not None
+
+    async def watch(self, run_id: str) -> tuple[StoredRun | None, str]:
+        async with self.client.pipeline(transaction=False) as pipe:
+            pipe.xrevrange(self.keys.done(run_id), count=1)
+            pipe.hgetall(self.keys.run(run_id))
+            entries, h = await pipe.execute()
+        marker = str(entries[0][0]) if entries else "0-0"
+        return (parse_run(run_id, h) if h else None), marker
 
     async def finish_marker(self, run_id: str) -> str:
         entries = await self.client.xrevrange(self.keys.done(run_id), count=1)
