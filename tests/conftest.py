@@ -1,0 +1,162 @@
+"""Shared fixtures.
+
+- ``redis_url``: the real Redis on 127.0.0.1:6379 (override with
+  STEADYFLOW_TEST_REDIS). Missing Redis skips locally and FAILS when CI=true.
+- ``real_store``: a RedisStore on it, under a unique key prefix, cleaned up after.
+- ``memory_store``: a fresh memory:// store.
+- ``store``: parametrized over both; the conformance suite uses it.
+- ``private_redis``: a redis-server of the test's own on a free port (restart,
+  persistence, outage tests); stopped by pid.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+
+from stores import open_store
+from stores.redis import RedisStore
+
+REDIS_URL = os.environ.get("STEADYFLOW_TEST_REDIS", "redis://127.0.0.1:6379/0")
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def _redis_answers(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1) as s:
+            s.sendall(b"PING\r\n")
+            return s.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+def need_real_redis() -> str:
+    """The real Redis URL, or skip (fail in CI) when it does not answer."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(REDIS_URL)
+    if _redis_answers(parts.hostname or "127.0.0.1", parts.port or 6379):
+        return REDIS_URL
+    msg = f"no Redis answers at {REDIS_URL}"
+    if IN_CI:
+        pytest.fail(msg + " (CI=true: real Redis is required)")
+    pytest.skip(msg)
+
+
+@pytest.fixture(name="redis_url")
+def redis_url_fixture() -> str:
+    return need_real_redis()
+
+
+@pytest.fixture(name="key_prefix")
+def key_prefix_fixture() -> str:
+    return f"sftest-{uuid.uuid4().hex[:12]}"
+
+
+@pytest_asyncio.fixture(name="real_store")
+async def real_store_fixture(redis_url: str, key_prefix: str) -> AsyncIterator[RedisStore]:
+    store = RedisStore.from_url(redis_url, prefix=key_prefix)
+    try:
+        yield store
+    finally:
+        keys = [k async for k in store.client.scan_iter(match=f"{key_prefix}:*", count=1000)]
+        if keys:
+            await store.client.delete(*keys)
+        await store.close()
+
+
+@pytest_asyncio.fixture(name="memory_store")
+async def memory_store_fixture() -> AsyncIterator[RedisStore]:
+    store = open_store("memory://")
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+@pytest_asyncio.fixture(name="store", params=["memory", "redis"])
+async def store_fixture(
+    request: pytest.FixtureRequest, key_prefix: str
+) -> AsyncIterator[RedisStore]:
+    if request.param == "memory":
+        store = open_store("memory://")
+        try:
+            yield store
+        finally:
+            await store.close()
+        return
+    url = need_real_redis()
+    store = RedisStore.from_url(url, prefix=key_prefix)
+    try:
+        yield store
+    finally:
+        keys = [k async for k in store.client.scan_iter(match=f"{key_prefix}:*", count=1000)]
+        if keys:
+            await store.client.delete(*keys)
+        await store.close()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class PrivateRedis:
+    """A redis-server owned by one test."""
+
+    def __init__(self, workdir: Path, *, appendonly: bool = False) -> None:
+        self.workdir = workdir
+        self.port = free_port()
+        self.appendonly = appendonly
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        exe = shutil.which("redis-server")
+        if exe is None:
+            if IN_CI:
+                pytest.fail("redis-server is not on PATH (CI=true: required)")
+            pytest.skip("redis-server is not on PATH")
+        args = [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.workdir),
+                "--save", "", "--appendonly", "yes" if self.appendonly else "no"]  # fmt: skip
+        if self.appendonly:
+            args += ["--appendfsync", "always"]
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while not _redis_answers("127.0.0.1", self.port):
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                raise RuntimeError(f"private redis-server on port {self.port} did not start")
+            time.sleep(0.02)
+
+    def stop(self, *, kill: bool = False) -> None:
+        if self.proc is None:
+            return
+        if kill:
+            self.proc.kill()
+        else:
+            self.proc.terminate()
+        self.proc.wait(timeout=10)
+        self.proc = None
+
+
+@pytest.fixture(name="private_redis")
+def private_redis_fixture(tmp_path: Path) -> Iterator[PrivateRedis]:
+    server = PrivateRedis(tmp_path)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop(kill=True)
