@@ -63,12 +63,14 @@ class _Suspend(BaseException):
 
 
 class _Crash(BaseException):
-    """A simulated process death (testing): the activation stops writing at once."""
+    """The activation is abandoned at once, as if its process died: a simulated
+    crash (testing), or a store error that leaves the outcome of a write unknown.
+    Nothing more is written; the lease expires and another activation continues."""
 
     def __init__(self, token: object, key: str) -> None:
         if token is not _TOKEN:
             raise TypeError("simulated crashes come from FlowTestEnv.crash_at only")
-        super().__init__(f"simulated crash at {key!r}")
+        super().__init__(f"activation abandoned at {key!r}")
 
 
 @attrs.define
@@ -133,6 +135,7 @@ class Activation:
         self.context = RunContext(self)
         self.suspending = False
         self.crashed = False
+        self.store_error: Exception | None = None
         self.fatal: LeaseLost | NonDeterminismError | None = None
         self._pos = 0
         self._counts: dict[str, int] = {}
@@ -183,16 +186,29 @@ class Activation:
             self.suspending = True
             raise _Crash(_TOKEN, key)
 
+    def _lost(self, exc: LeaseLost) -> LeaseLost:
+        if self.fatal is None:
+            self.fatal = exc
+        self.suspending = True
+        return exc
+
+    def _store_failed(self, exc: Exception, key: str) -> _Crash:
+        # Not the flow's failure: the write may or may not have happened. Stop
+        # like a dead process; recovery replays whatever was recorded.
+        self.store_error = exc
+        self.crashed = True
+        self.suspending = True
+        return _Crash(_TOKEN, key)
+
     async def _write(self, rec: Record) -> None:
         if self.crashed:
             raise _Crash(_TOKEN, rec.key)
         try:
             await self.store.record(self.run_id, self.fence, rec.key, rec.to_json())
         except LeaseLost as exc:
-            if self.fatal is None:
-                self.fatal = exc
-            self.suspending = True
-            raise
+            raise self._lost(exc) from None
+        except Exception as exc:
+            raise self._store_failed(exc, rec.key) from exc
         self.journal.put(rec)
 
     # -- steps --------------------------------------------------------------------
@@ -335,10 +351,9 @@ class Activation:
                     Record(key, pos, Kind.WAIT, State.TIMEOUT, due=deadline).to_json(),
                 )  # fmt: skip
             except LeaseLost as exc:
-                if self.fatal is None:
-                    self.fatal = exc
-                self.suspending = True
-                raise
+                raise self._lost(exc) from None
+            except Exception as exc:
+                raise self._store_failed(exc, key) from exc
             if code == 1:
                 value = loads(payload or "null")
                 self.journal.put(Record(key, pos, Kind.WAIT, State.OK, value=value))
@@ -429,13 +444,24 @@ class Activation:
         finally:
             _run_var.reset(token)
         await self._settle()
+        if not self.crashed:
+            try:
+                await self._conclude(ok, result, failure)
+            except LeaseLost as exc:
+                self.fatal = exc
+            except Exception as exc:
+                self.store_error = exc
+                self.crashed = True
+        if self.store_error is not None:
+            log.error(
+                "run %s: store error (%s: %s); activation abandoned, the run is recovered "
+                "when its lease expires", self.run_id, type(self.store_error).__name__,
+                self.store_error,
+            )  # fmt: skip
+            return
         if self.crashed:
             log.warning("run %s: simulated crash; the lease is left to expire", self.run_id)
             return
-        try:
-            await self._conclude(ok, result, failure)
-        except LeaseLost as exc:
-            self.fatal = exc
         if isinstance(self.fatal, LeaseLost):
             log.warning(
                 "run %s: lease lost (another worker owns it now, or it was canceled); "

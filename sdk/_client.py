@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sdk._clock import Clock, SystemClock
 from sdk._registry import FlowDef, flow_def_of, registered_flows
-from sdk._serde import converter, decode_value, dumps, encode_value
+from sdk._serde import converter, decode_value, dumps, encode_value, loads
 from sdk._types import Decision, Reason, RunRecord, RunStatus
 from sdk.errors import (
     Forbidden,
@@ -162,7 +163,11 @@ class Client:
             version = None
         from stores._protocol import NewRun  # stores imports sdk: import at use
 
-        digest = hashlib.sha256(f"{name}\n{args_json}".encode()).hexdigest()
+        # Keyword order is not part of a call's identity: hash a canonical form.
+        canonical = json.dumps(
+            loads(args_json), sort_keys=True, separators=(",", ":"), ensure_ascii=False
+        )
+        digest = hashlib.sha256(f"{name}\n{canonical}".encode()).hexdigest()
         await self.store.create_run(
             NewRun(
                 run_id, name, version, args_json, digest, q, priority, tenant_id, self.clock.time()
@@ -260,7 +265,15 @@ class Client:
         _check_id(name, "signal name")
         await self._authorize(actor, "signal", run_id)
         data, _ = encode_value(payload, None, f"payload of signal {name!r}")
-        return await self.store.signal(run_id, "s:" + name, dumps(data), dedup_id)
+        return await self._deliver(run_id, "s:" + name, dumps(data), dedup_id)
+
+    async def _deliver(self, run_id: str, mailbox: str, payload: str, dedup_id: str | None) -> bool:
+        if dedup_id is not None:
+            return await self.store.signal(run_id, mailbox, payload, dedup_id)
+        # A connection retry can run the signal script twice; an id of our own
+        # makes the second run a no-op. "Already seen" then means delivered.
+        await self.store.signal(run_id, mailbox, payload, f"~{uuid.uuid4().hex}")
+        return True
 
     async def approve(
         self, run_id: str, name: str, *, actor: str, reason: str | None = None, payload: Any = None
@@ -282,7 +295,7 @@ class Client:
         await self._authorize(actor, action, run_id)
         data, _ = encode_value(payload, None, f"payload of {action} {name!r}")
         decision = converter.unstructure(Decision(approved, actor, reason, data))
-        return await self.store.signal(run_id, "h:" + name, dumps(decision), None)
+        return await self._deliver(run_id, "h:" + name, dumps(decision), None)
 
     async def cancel(self, run_id: str, *, reason: str, actor: str | None = None) -> None:
         """Cancel a run that has not ended. A terminal run raises `InvalidTransition`.

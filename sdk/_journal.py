@@ -11,6 +11,7 @@ import enum
 from typing import Any
 
 import attrs
+from cattrs.gen import make_dict_unstructure_fn, override
 
 from sdk._serde import FORMAT_VERSION, converter, dumps, loads
 
@@ -80,6 +81,16 @@ class Record:
     @classmethod
     def from_json(cls, text: str | bytes) -> Record:
         return converter.structure(loads(text), cls)
+
+
+# Every record states its format version, even the current one (the converter
+# omits defaults), so a later reader can tell which format it is upgrading.
+converter.register_unstructure_hook(
+    Record,
+    make_dict_unstructure_fn(
+        Record, converter, _cattrs_omit_if_default=True, v=override(omit_if_default=False)
+    ),
+)
 
 
 class Journal:

@@ -48,8 +48,29 @@ converter.register_unstructure_hook(uuid.UUID, str)
 converter.register_structure_hook(uuid.UUID, lambda v, _: uuid.UUID(v))
 converter.register_unstructure_hook(decimal.Decimal, str)
 converter.register_structure_hook(decimal.Decimal, lambda v, _: decimal.Decimal(v))
-converter.register_unstructure_hook(_dt.timedelta, lambda v: v.total_seconds())
-converter.register_structure_hook(_dt.timedelta, lambda v, _: _dt.timedelta(seconds=v))
+
+
+def _unstructure_timedelta(v: _dt.timedelta) -> float | list[int]:
+    # Seconds as a float, unless the float would lose microseconds (beyond ~100
+    # years): then the exact [days, seconds, microseconds].
+    secs = v.total_seconds()
+    try:
+        if _dt.timedelta(seconds=secs) == v:
+            return secs
+    except OverflowError:  # near timedelta.max the float rounds out of range
+        pass
+    return [v.days, v.seconds, v.microseconds]
+
+
+def _structure_timedelta(v: Any, _: Any) -> _dt.timedelta:
+    if isinstance(v, list):
+        days, secs, micros = v
+        return _dt.timedelta(days=days, seconds=secs, microseconds=micros)
+    return _dt.timedelta(seconds=v)
+
+
+converter.register_unstructure_hook(_dt.timedelta, _unstructure_timedelta)
+converter.register_structure_hook(_dt.timedelta, _structure_timedelta)
 converter.register_unstructure_hook(_dt.time, lambda v: v.isoformat())
 converter.register_structure_hook(_dt.time, lambda v, _: _dt.time.fromisoformat(v))
 
@@ -119,12 +140,33 @@ def encode_value(value: Any, declared: Any, what: str) -> tuple[Any, str | None]
             f"{what}: cannot store a {type_path(tp)} as JSON; return plain JSON data, "
             "an attrs class or dataclass, or register a cattrs hook on sdk._serde.converter"
         )
+    _check_fits(value, declared, what)
     try:
         data = converter.unstructure(value, unstructure_as=declared)
     except Exception as exc:
         raise SerializationError(f"{what}: cannot unstructure as {declared!r}: {exc}") from None
     _check_json(data, what, tp)
+    if not isinstance(declared, type):
+        # A generic or union annotation: prove the value rebuilds before recording it.
+        try:
+            converter.structure(data, declared)
+        except Exception as exc:
+            raise SerializationError(
+                f"{what}: {value!r} does not fit the annotation {declared!r} "
+                f"(it would not rebuild on replay: {exc})"
+            ) from None
     return data, None
+
+
+def _check_fits(value: Any, declared: Any, what: str) -> None:
+    if not isinstance(declared, type) or isinstance(value, declared):
+        return
+    if declared is float and type(value) is int:  # PEP 484: an int is acceptable as float
+        return
+    raise SerializationError(
+        f"{what}: a {type_path(type(value))} was returned where the annotation says "
+        f"{type_path(declared)}; fix the value or the annotation"
+    )
 
 
 def _check_json(data: Any, what: str, tp: type) -> None:

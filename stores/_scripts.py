@@ -248,6 +248,15 @@ return 1
 _CONSUME = r"""
 local id = ARGV[2]
 if not fenced(id, ARGV[3]) then return {-1} end
+-- The client retries a call whose reply was lost: if the first run already
+-- consumed (or timed out), answer the same instead of popping another signal.
+local prev = redis.call('HGET', KEYS[2], ARGV[4])
+if prev then
+  if string.sub(prev, 1, #ARGV[8]) == ARGV[8] then
+    return {1, string.sub(prev, #ARGV[8] + 1, -2)}
+  end
+  if prev == ARGV[9] then return {2} end
+end
 local v = redis.call('LPOP', mbk(id, ARGV[5]))
 if v then
   redis.call('HSET', KEYS[2], ARGV[4], ARGV[8] .. v .. '}')

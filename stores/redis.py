@@ -7,12 +7,15 @@ event loop that created them, so make a store inside the loop that uses it
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialWithJitterBackoff
 from redis.commands.core import AsyncScript
 
 from sdk._serde import loads
@@ -78,19 +81,29 @@ class RedisStore:
         prefix: first part of every key; deployments sharing a Redis use different ones.
         partitions: how many hash-tag partitions runs spread over (1 unless on a
             Redis Cluster); every process of a deployment must use the same number.
+        blocking_client: a client for blocking reads (BLPOP, XREAD BLOCK), which
+            hold a connection for seconds; default `client`. `from_url` gives
+            them a pool of their own.
 
     Example::
 
         store = RedisStore.from_url("redis://localhost:6379/0")
     """
 
-    def __init__(self, client: aioredis.Redis, *, prefix: str = "sf", partitions: int = 1) -> None:
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        *,
+        prefix: str = "sf",
+        partitions: int = 1,
+        blocking_client: aioredis.Redis | None = None,
+    ) -> None:
         self.client = client
+        self.blocking_client = blocking_client or client
         self.keys = Keys(prefix, partitions)
         self._scripts: dict[str, AsyncScript] = {
             name: client.register_script(src) for name, src in SCRIPTS.items()
         }
-        self._blocking: aioredis.Redis | None = None
         self._label = "redis"
 
     @classmethod
@@ -99,14 +112,40 @@ class RedisStore:
     ) -> RedisStore:
         """A store on ``redis://`` or ``rediss://`` (TLS) URL; user and password come from it.
 
-        Extra keyword arguments go to `redis.asyncio.Redis.from_url`.
+        ``max_connections`` (default 64) bounds the pool for commands; a command
+        waits for a free connection rather than failing. Other keyword arguments
+        go to redis-py's connection pool (``ssl_ca_certs=...``, ``socket_timeout=...``).
         """
         scheme = urlsplit(url).scheme
         if scheme not in ("redis", "rediss", "unix"):
             raise ValueError(f"unsupported store URL scheme {scheme!r} in {_redact(url)!r}")
         kwargs.setdefault("health_check_interval", 30)
-        client = aioredis.Redis.from_url(url, decode_responses=True, **kwargs)
-        store = cls(client, prefix=prefix, partitions=partitions)
+        # Blocking reads (BLPOP, XREAD BLOCK) wait up to 5 s; redis-py's default
+        # socket timeout (5 s) would cut them off with redis.TimeoutError.
+        kwargs.setdefault("socket_timeout", 30.0)
+        # Unlike redis.Redis(), Redis.from_url() retries nothing: after a Redis
+        # restart every pooled connection would fail its next command once
+        # ("Connection closed by server"). Retry connection errors a few times.
+        # A retry can re-run a script whose reply was lost, so every script is
+        # safe to run twice: consume answers from the journal, signals carry a
+        # dedup id (the client makes one), fenced writes refuse a second run.
+        kwargs.setdefault("retry", Retry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), 3))
+        # Commands wait for a free connection instead of failing when more
+        # activations than `max_connections` write at once.
+        pool = aioredis.BlockingConnectionPool.from_url(
+            url,
+            max_connections=kwargs.pop("max_connections", 64),
+            timeout=None,
+            decode_responses=True,
+            **kwargs,
+        )
+        client = aioredis.Redis.from_pool(pool)  # owns the pool: aclose() closes it
+        # Blocking reads (worker wake-ups, result waiters) each hold a connection
+        # for seconds: they get a pool of their own so they never starve writes.
+        blocking = aioredis.Redis.from_url(
+            url, decode_responses=True, max_connections=100_000, **kwargs
+        )
+        store = cls(client, prefix=prefix, partitions=partitions, blocking_client=blocking)
         store._label = _redact(url)
         return store
 
@@ -118,6 +157,8 @@ class RedisStore:
         }
 
     async def close(self) -> None:
+        if self.blocking_client is not self.client:
+            await self.blocking_client.aclose()
         await self.client.aclose()
 
     # -- helpers ---------------------------------------------------------
@@ -137,6 +178,11 @@ class RedisStore:
 
     def _partitions(self) -> range:
         return range(self.keys.partitions)
+
+    def _anchor(self, partition: int) -> str:
+        # Scripts that work on a whole partition name one of its keys, so a
+        # Redis Cluster client routes them to the node owning that hash tag.
+        return self.keys.all_runs(partition)
 
     # -- runs -------------------------------------------------------------
 
@@ -205,7 +251,7 @@ class RedisStore:
                 break
             reply = await self._call(
                 "claim",
-                [],
+                [self._anchor(p)],
                 [
                     self.keys.base(p),
                     owner,
@@ -237,7 +283,7 @@ class RedisStore:
         for p in self._partitions():
             (f, r, nt, nl), taken = await self._call(
                 "poll",
-                [],
+                [self._anchor(p)],
                 [
                     self.keys.base(p), owner, _num(now), _num(now + lease_ttl),
                     str(max(limit - len(claims), 0)), str(max_recoveries), recovery_error,
@@ -335,7 +381,9 @@ class RedisStore:
             by_part.setdefault(self.keys.partition(run_id), []).extend((run_id, str(fence)))
         lost: list[str] = []
         for p, flat in by_part.items():
-            lost += await self._call("renew", [], [self.keys.base(p), _num(expiry), *flat])
+            lost += await self._call(
+                "renew", [self._anchor(p)], [self.keys.base(p), _num(expiry), *flat]
+            )
         return lost
 
     async def tick(
@@ -346,7 +394,7 @@ class RedisStore:
         for p in self._partitions():
             f, r, nt, nl = await self._call(
                 "tick",
-                [],
+                [self._anchor(p)],
                 [self.keys.base(p), _num(now), str(limit), str(max_recoveries), recovery_error],
             )
             fired += int(f)
@@ -384,16 +432,27 @@ class RedisStore:
 
     # -- blocking waits --------------------------------------------------------
 
-    def _blocking_client(self) -> aioredis.Redis:
-        # Blocking reads hold a connection each; the pool grows for them on demand.
-        return self.client
-
     async def wait_ready(self, queues: Sequence[str] | None, timeout: float) -> bool:
         names = list(queues) if queues else [None]
-        keys = [self.keys.wake(p, q) for p in self._partitions() for q in names]
         # BLPOP's timeout is in seconds (0 would block forever).
-        reply = await self._blocking_client().blpop(keys, timeout=max(timeout, 0.001))
-        return reply is not None
+        secs = max(timeout, 0.001)
+        if self.keys.partitions == 1:
+            keys = [self.keys.wake(0, q) for q in names]
+            return await self.blocking_client.blpop(keys, timeout=secs) is not None
+        # One BLPOP per partition: a cluster refuses keys of several slots in one.
+        waits = [
+            asyncio.ensure_future(
+                self.blocking_client.blpop([self.keys.wake(p, q) for q in names], timeout=secs)
+            )
+            for p in self._partitions()
+        ]
+        try:
+            done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            return any(t.result() is not None for t in done)
+        finally:
+            for t in waits:
+                t.cancel()
+            await asyncio.gather(*waits, return_exceptions=True)
 
     async def watch(self, run_id: str) -> tuple[StoredRun | None, str]:
         async with self.client.pipeline(transaction=False) as pipe:
@@ -409,7 +468,7 @@ class RedisStore:
 
     async def wait_finished(self, run_id: str, after: str, timeout: float) -> str | None:
         key = self.keys.done(run_id)
-        reply: Any = await self._blocking_client().xread(
+        reply: Any = await self.blocking_client.xread(
             {key: after}, count=1, block=max(1, int(timeout * 1000))
         )
         if not reply:

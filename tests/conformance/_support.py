@@ -1,0 +1,107 @@
+"""Builders and raw-key readers shared by the conformance tests."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from sdk._journal import Kind, Record, State
+from sdk._types import RunStatus
+from stores._keys import SUFFIX
+from stores._protocol import Claim, NewRun
+from stores.redis import RedisStore
+
+T0 = 1_000_000.0  # a fixed "now" for scripts: stores take time only as an argument
+TTL = 10.0
+OWNER = "worker-a"
+NO_ARGS = '{"args":[],"kwargs":{},"types":{}}'
+RECOVERY_ERROR = json.dumps(
+    {"type": "sdk.errors:SteadyflowError", "message": "too many recoveries",
+     "reason": "max_recoveries_exceeded"}
+)  # fmt: skip
+
+
+def new_run(
+    run_id: str,
+    *,
+    flow: str = "tests.flow",
+    args: str = NO_ARGS,
+    queue: str = "default",
+    priority: int = 0,
+    created_at: float = T0,
+    tenant_id: str | None = None,
+) -> NewRun:
+    digest = hashlib.sha256(f"{flow}\n{args}".encode()).hexdigest()
+    return NewRun(run_id, flow, None, args, digest, queue, priority, tenant_id, created_at)
+
+
+def step_record(key: str, pos: int, value: Any = None) -> str:
+    return Record(key, pos, Kind.STEP, State.OK, value=value).to_json()
+
+
+async def start_and_claim(store: RedisStore, run_id: str, *, now: float = T0) -> Claim:
+    """Create one run and claim it (the store must hold no other ready run)."""
+    await store.create_run(new_run(run_id, created_at=now))
+    claims = await store.claim(OWNER, None, 1, now, TTL)
+    assert [c.run.record.run_id for c in claims] == [run_id]
+    return claims[0]
+
+
+async def status_of(store: RedisStore, run_id: str) -> RunStatus:
+    stored = await store.get_run(run_id)
+    assert stored is not None, f"run {run_id!r} vanished"
+    return stored.record.status
+
+
+async def journal_of(store: RedisStore, run_id: str) -> dict[str, str]:
+    raw: dict[str, str] = await store.client.hgetall(store.keys.journal(run_id))
+    return raw
+
+
+def mailbox_key(store: RedisStore, run_id: str, mailbox: str) -> str:
+    # Mirrors the Lua `mbk`: the run id is length-prefixed because it may hold ':'.
+    return f"{store.keys.base_of(run_id)}{SUFFIX['mailbox']}{len(run_id)}:{run_id}:{mailbox}"
+
+
+async def status_index(store: RedisStore) -> dict[str, set[str]]:
+    """Every per-status index (partition 0): status -> run ids in it."""
+    out: dict[str, set[str]] = {}
+    for status in RunStatus:
+        ids = await store.client.zrange(store.keys.status_index(0, status.value), 0, -1)
+        out[status.value] = set(ids)
+    return out
+
+
+async def assert_indexed_once(store: RedisStore, run_id: str) -> None:
+    """The run sits in exactly the status index of its current status."""
+    expected = (await status_of(store, run_id)).value
+    holding = {st for st, ids in (await status_index(store)).items() if run_id in ids}
+    assert holding == {expected}
+
+
+async def claim_ids(store: RedisStore, **kw: Any) -> list[str]:
+    kw.setdefault("owner", OWNER)
+    kw.setdefault("queues", None)
+    kw.setdefault("limit", 100)
+    kw.setdefault("now", T0)
+    kw.setdefault("lease_ttl", TTL)
+    return [c.run.record.run_id for c in await store.claim(**kw)]
+
+
+def wait_prefix(key: str, pos: int) -> str:
+    return Record(key, pos, Kind.WAIT, State.OK).splice_prefix()
+
+
+def wait_timeout(key: str, pos: int, due: float) -> str:
+    return Record(key, pos, Kind.WAIT, State.TIMEOUT, due=due).to_json()
+
+
+async def consume(
+    store: RedisStore, run_id: str, fence: int, *, key: str = "~wait:go#1",
+    mailbox: str = "s:go", now: float = T0, deadline: float | None = None,
+) -> tuple[int, str | None]:  # fmt: skip
+    return await store.consume(
+        run_id, fence, key, mailbox, now, deadline,
+        wait_prefix(key, 0), wait_timeout(key, 0, deadline or 0.0),
+    )  # fmt: skip

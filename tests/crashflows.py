@@ -1,0 +1,202 @@
+"""Flows served by real ``python -m sdk.worker tests.crashflows`` processes, and the
+harness the process tests drive them with.
+
+Steps leave *markers* (one line per execution: label, idempotency key, pid,
+time) in a file whose path is a run argument, so a test can see what ran,
+where and how often. A step that must stay "in flight" polls for a *release*
+file, so a test decides when it may finish; tests synchronise on these files
+and on the store, never on fixed sleeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TypeVar
+
+import attrs
+
+from sdk import current_step, flow, sleep, step
+
+ROOT = Path(__file__).resolve().parent.parent  # the worker runs here: `tests.crashflows` imports
+
+T = TypeVar("T")
+
+
+# -- markers ---------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Mark:
+    """One execution of a step, as its marker line recorded it."""
+
+    label: str
+    key: str
+    pid: int
+    at: float
+
+
+def _mark(markers: str, label: str) -> None:
+    line = f"{label} {current_step().idempotency_key} {os.getpid()} {time.time()!r}\n"
+    with open(markers, "a", encoding="utf-8") as f:  # one short append per line
+        f.write(line)
+
+
+def _released(release: str) -> bool:
+    return os.path.exists(release)
+
+
+def read_marks(markers: Path) -> list[Mark]:
+    if not markers.exists():
+        return []
+    out = []
+    for line in markers.read_text(encoding="utf-8").splitlines():
+        label, key, pid, at = line.split(" ")
+        out.append(Mark(label, key, int(pid), float(at)))
+    return out
+
+
+def labelled(markers: Path, label: str) -> list[Mark]:
+    return [m for m in read_marks(markers) if m.label == label]
+
+
+# -- steps and flows ------------------------------------------------------------------------
+
+
+@step
+async def note(markers: str, label: str) -> str:
+    _mark(markers, label)
+    return label
+
+
+@step
+async def hold(markers: str, label: str, release: str) -> str:
+    """Mark that the step started, then stay in flight until `release` exists."""
+    _mark(markers, label)
+    # Another process releases it, through a file: there is no event to await.
+    while not _released(release):  # noqa: ASYNC110
+        await asyncio.sleep(0.01)
+    return label
+
+
+@flow
+async def crash_mid_step(markers: str, release: str) -> list[str]:
+    first = await note(markers, "first")
+    second = await note(markers, "second")
+    held = await hold(markers, "held", release)
+    last = await note(markers, "last")
+    return [first, second, held, last]
+
+
+@flow
+async def sleep_between_steps(markers: str, seconds: float) -> str:
+    await note(markers, "before")
+    await sleep(seconds)
+    return await note(markers, "after")
+
+
+@flow
+async def one_step(markers: str, label: str) -> str:
+    return await note(markers, label)
+
+
+# -- worker processes ----------------------------------------------------------------------
+
+
+class WorkerProcess:
+    """One ``python -m sdk.worker tests.crashflows`` process, its output in a file."""
+
+    def __init__(self, store_url: str, prefix: str, log: Path, *extra: str) -> None:
+        self.args = [
+            sys.executable, "-m", "sdk.worker", "tests.crashflows",
+            "--store", store_url, "--prefix", prefix,
+            "--lease-ttl", "1", "--concurrency", "4", *extra,
+        ]  # fmt: skip
+        self.log_path = log
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> WorkerProcess:
+        with open(self.log_path, "ab") as out:
+            self.proc = subprocess.Popen(
+                self.args, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )  # fmt: skip
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None, "worker not started"
+        return self.proc.pid
+
+    def log(self) -> str:
+        return self.log_path.read_text(encoding="utf-8", errors="replace")
+
+    def send(self, sig: signal.Signals) -> None:
+        assert self.proc is not None, "worker not started"
+        self.proc.send_signal(sig)
+
+    def kill(self) -> None:
+        """SIGKILL: the process dies at once, writing nothing more."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+    async def exited(self, timeout: float) -> int:
+        """Wait (without blocking the loop) for the process to exit; its return code."""
+        assert self.proc is not None, "worker not started"
+        proc = self.proc
+        await until(lambda: proc.poll() is not None, timeout, f"worker {proc.pid} to exit", self)
+        return proc.returncode
+
+    def describe(self) -> str:
+        return f"worker {self.pid} log:\n{self.log()}"
+
+
+async def until(
+    probe: Callable[[], T | Awaitable[T]],
+    timeout: float,
+    what: str,
+    *workers: WorkerProcess,
+) -> T:
+    """Poll `probe` (sync or async) until it returns something truthy; return that.
+
+    Fails with `what` and the workers' logs when `timeout` seconds pass first.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        value = probe()
+        if isinstance(value, Awaitable):
+            value = await value
+        if value:
+            return value  # type: ignore[return-value]
+        if loop.time() > deadline:
+            logs = "\n".join(w.describe() for w in workers)
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{logs}")
+        await asyncio.sleep(0.02)
+
+
+class Workers:
+    """The worker processes one test started; `close` SIGKILLs those still alive."""
+
+    def __init__(self, store_url: str, prefix: str, logs: Path) -> None:
+        self.store_url = store_url
+        self.prefix = prefix
+        self.logs = logs
+        self.started: list[WorkerProcess] = []
+
+    def spawn(self, *extra: str) -> WorkerProcess:
+        log = self.logs / f"worker-{len(self.started) + 1}.log"
+        worker = WorkerProcess(self.store_url, self.prefix, log, *extra).start()
+        self.started.append(worker)
+        return worker
+
+    def close(self) -> None:
+        for worker in self.started:
+            worker.kill()

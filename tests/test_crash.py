@@ -1,0 +1,124 @@
+"""Crashes of real worker processes (SIGKILL): nothing recorded runs again, nothing is lost.
+
+Each test runs ``python -m sdk.worker tests.crashflows`` against the real
+Redis under the test's own key prefix, with a 1 s lease.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sdk import Client, RunStatus
+from sdk._journal import Record
+from stores.redis import RedisStore
+from tests.crashflows import (
+    Workers,
+    crash_mid_step,
+    labelled,
+    read_marks,
+    sleep_between_steps,
+    until,
+)
+
+pytestmark = [pytest.mark.redis, pytest.mark.slow]
+
+STARTUP = 15.0  # a worker process imports and claims well within this
+FINISH = 20.0  # lease expiry (1 s) + recovery + replay, with room for a loaded machine
+
+
+@pytest.fixture(name="workers")
+def workers_fixture(
+    redis_url: str, key_prefix: str, real_store: RedisStore, tmp_path: Path
+) -> Iterator[Workers]:
+    # real_store (same prefix) deletes the keys after the test; the workers die first.
+    workers = Workers(redis_url, key_prefix, tmp_path)
+    try:
+        yield workers
+    finally:
+        workers.close()
+
+
+@pytest.fixture(name="client")
+def client_fixture(real_store: RedisStore) -> Client:
+    return Client(real_store)
+
+
+async def test_sigkill_mid_step_resumes_on_another_worker_without_rerunning_steps(
+    workers: Workers, client: Client, tmp_path: Path
+) -> None:
+    markers, release = tmp_path / "markers", tmp_path / "release"
+    first = workers.spawn()
+    run_id = f"crash-{uuid.uuid4().hex[:8]}"
+    handle = await client.start(crash_mid_step, str(markers), str(release), run_id=run_id)
+
+    await until(lambda: labelled(markers, "held"), STARTUP, "the held step to start", first)
+    first.kill()
+    release.touch()  # the re-execution may finish at once
+    second = workers.spawn()
+
+    assert await handle.result(timeout=FINISH) == ["first", "second", "held", "last"]
+    marks = read_marks(markers)
+    assert [m.label for m in marks] == ["first", "second", "held", "held", "last"]
+    held = labelled(markers, "held")
+    assert [m.pid for m in held] == [first.pid, second.pid]
+    assert held[0].key == held[1].key == f"{run_id}:hold#1"
+    assert {m.pid for m in labelled(markers, "first") + labelled(markers, "second")} == {first.pid}
+    assert labelled(markers, "last")[0].pid == second.pid
+    assert "lease expired" in second.log()  # the second worker recovered it, not a restart
+
+
+async def test_sigkill_during_a_durable_sleep_loses_nothing(
+    workers: Workers, client: Client, real_store: RedisStore, tmp_path: Path
+) -> None:
+    markers = tmp_path / "markers"
+    first = workers.spawn()
+    run_id = f"sleep-{uuid.uuid4().hex[:8]}"
+    handle = await client.start(sleep_between_steps, str(markers), 2.0, run_id=run_id)
+
+    async def parked() -> bool:
+        return (await handle.status()) is RunStatus.WAITING_FOR_SIGNAL
+
+    await until(parked, STARTUP, "the run to park on its timer", first)
+    first.kill()
+    second = workers.spawn()
+
+    assert await handle.result(timeout=FINISH) == "after"
+    (before,) = labelled(markers, "before")
+    (after,) = labelled(markers, "after")
+    assert before.pid == first.pid
+    assert after.pid == second.pid
+    journal = await real_store.client.hgetall(real_store.keys.journal(run_id))
+    due = Record.from_json(journal["~sleep#1"]).due
+    assert due is not None
+    assert after.at >= due  # the timer fired at its deadline, not before
+
+
+async def test_many_runs_survive_a_sigkill_and_each_step_is_recorded_once(
+    workers: Workers, client: Client, tmp_path: Path
+) -> None:
+    release = tmp_path / "release"
+    first = workers.spawn()
+    handles = [
+        await client.start(crash_mid_step, str(tmp_path / f"m{i}"), str(release)) for i in range(6)
+    ]
+
+    # Concurrency 4: four runs are held in flight; two wait in the queue.
+    await until(
+        lambda: sum(bool(labelled(tmp_path / f"m{i}", "held")) for i in range(6)) == 4,
+        STARTUP, "four runs to hold", first,
+    )  # fmt: skip
+    first.kill()
+    release.touch()
+    workers.spawn()
+
+    for h in handles:
+        assert await h.result(timeout=FINISH) == ["first", "second", "held", "last"]
+    for i in range(6):
+        labels = [m.label for m in read_marks(tmp_path / f"m{i}")]
+        assert labels.count("first") == labels.count("second") == labels.count("last") == 1
+        assert labels.count("held") in (1, 2)  # 2 when the kill interrupted it
+        assert len({m.key for m in labelled(tmp_path / f"m{i}", "held")}) == 1
