@@ -65,7 +65,10 @@ class FakeClock:
     def start(self) -> FakeClock:
         """Make the wall clock of code under test read this clock."""
         if self._freezer is None:
-            self._freezer = freezegun.freeze_time(self._now, real_asyncio=True)
+            # pytest's own timing (durations, junit times) keeps the real clock.
+            self._freezer = freezegun.freeze_time(
+                self._now, real_asyncio=True, ignore=["_pytest.timing"]
+            )
             self._factory = self._freezer.start()
         return self
 
