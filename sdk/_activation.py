@@ -123,7 +123,14 @@ def _tag(exc: BaseException, key: str, reason: str) -> BaseException:
 class Activation:
     """Executes one claimed run once."""
 
-    def __init__(self, engine: Engine, stored: StoredRun, journal: Journal, flow: FlowDef) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        stored: StoredRun,
+        journal: Journal,
+        flow: FlowDef,
+        mail: frozenset[str] | None = None,
+    ) -> None:
         self.engine = engine
         self.store = engine.store
         self.clock = engine.clock
@@ -133,6 +140,9 @@ class Activation:
         self.journal = journal
         self.flow = flow
         self.context = RunContext(self)
+        # Mailboxes that held signals at claim time (None: unknown). A wait on
+        # another one parks at once; the suspend script re-checks every mailbox.
+        self.mail = mail
         self.suspending = False
         self.crashed = False
         self.store_error: Exception | None = None
@@ -140,7 +150,11 @@ class Activation:
         self._pos = 0
         self._counts: dict[str, int] = {}
         self._pending: list[_Pending] = []
-        self._in_step: set[asyncio.Task[Any]] = set()
+        # Intercepted calls in progress, and the tasks they run in (see _settle).
+        self._open = 0
+        self._open_tasks: dict[asyncio.Task[Any], int] = {}
+        self._idle = asyncio.Event()
+        self._idle.set()
 
     # -- keys and positions ------------------------------------------------------
 
@@ -175,8 +189,26 @@ class Activation:
         return err
 
     def _suspend(self) -> _Suspend:
-        self.suspending = True
+        # Only this branch is blocked: siblings run on until they block or end.
         return _Suspend(_TOKEN)
+
+    async def _tracked(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> Any:
+        """Run one intercepted call, counted as open until it ends (see `_settle`)."""
+        task = asyncio.current_task()
+        self._open += 1
+        self._idle.clear()
+        if task is not None:
+            self._open_tasks[task] = self._open_tasks.get(task, 0) + 1
+        try:
+            return await fn(*args)
+        finally:
+            self._open -= 1
+            if task is not None:
+                left = self._open_tasks.pop(task) - 1
+                if left:
+                    self._open_tasks[task] = left
+            if not self._open:
+                self._idle.set()
 
     def _maybe_crash(self, key: str, when: str) -> None:
         points = self.engine.crash_points
@@ -217,7 +249,7 @@ class Activation:
         self, spec: StepSpec, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Coroutine[Any, Any, Any]:
         key, pos = self.alloc(spec.name)
-        return self._step(spec, args, kwargs, key, pos)
+        return self._tracked(self._step, spec, args, kwargs, key, pos)
 
     async def _step(
         self, spec: StepSpec, args: tuple[Any, ...], kwargs: dict[str, Any], key: str, pos: int
@@ -233,15 +265,7 @@ class Activation:
             if rec.due is not None and self.clock.time() < rec.due:
                 self._pending.append(_Pending(key, None, None, rec.due, False))
                 raise self._suspend()
-        task = asyncio.current_task()
-        if task is not None:
-            # tracked until the result is written: a suspension settles it first
-            self._in_step.add(task)
-        try:
-            return await self._attempts(spec, args, kwargs, key, pos, attempts)
-        finally:
-            if task is not None:
-                self._in_step.discard(task)
+        return await self._attempts(spec, args, kwargs, key, pos, attempts)
 
     async def _attempts(
         self,
@@ -328,7 +352,7 @@ class Activation:
 
     def wait(self, name: str, timeout: float | None, human: bool) -> Coroutine[Any, Any, Any]:
         key, pos = self.alloc(f"~wait:{name}")
-        return self._wait(key, pos, name, timeout, human)
+        return self._tracked(self._wait, key, pos, name, timeout, human)
 
     async def _wait(self, key: str, pos: int, name: str, timeout: float | None, human: bool) -> Any:
         rec = self.check(key, pos)
@@ -341,7 +365,8 @@ class Activation:
         else:
             deadline = None if timeout is None else self.clock.time() + timeout
         mailbox = ("h:" if human else "s:") + name
-        if not self.suspending:
+        due = deadline is not None and self.clock.time() >= deadline
+        if not self.suspending and (self.mail is None or mailbox in self.mail or due):
             if self.crashed:
                 raise _Crash(_TOKEN, key)
             try:
@@ -374,7 +399,7 @@ class Activation:
         self, deadline: float | None, duration: float | None
     ) -> Coroutine[Any, Any, None]:
         key, pos = self.alloc("~sleep")
-        return self._sleep(key, pos, deadline, duration)
+        return self._tracked(self._sleep, key, pos, deadline, duration)
 
     async def _sleep(
         self, key: str, pos: int, deadline: float | None, duration: float | None
@@ -410,7 +435,7 @@ class Activation:
 
     def now(self) -> Coroutine[Any, Any, datetime]:
         key, pos = self.alloc("~now")
-        return self._now(key, pos)
+        return self._tracked(self._now, key, pos)
 
     async def _now(self, key: str, pos: int) -> datetime:
         text = await self._value(key, pos, Kind.NOW, lambda: self.clock.now().isoformat())
@@ -418,7 +443,7 @@ class Activation:
 
     def uuid4(self) -> Coroutine[Any, Any, uuid.UUID]:
         key, pos = self.alloc("~uuid4")
-        return self._uuid4(key, pos)
+        return self._tracked(self._uuid4, key, pos)
 
     async def _uuid4(self, key: str, pos: int) -> uuid.UUID:
         return uuid.UUID(await self._value(key, pos, Kind.UUID, lambda: str(uuid.uuid4())))
@@ -469,14 +494,28 @@ class Activation:
             )  # fmt: skip
 
     async def _settle(self) -> None:
-        """Let steps already running finish (and record) before the lease goes."""
+        """Let every branch run until it blocks or ends before the run parks or ends.
+
+        A wait in one branch of ``asyncio.gather`` does not stop the others:
+        their steps run and record first (their tasks are the gather's, which
+        a suspension does not cancel). Then no new call may start.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.engine.settle_timeout
+        while not self.crashed:
+            # Tasks a gather scheduled may not have started yet: let them.
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
+            if not self._open:
+                break
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                for task in list(self._open_tasks):
+                    task.cancel()
+                break
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._idle.wait(), remaining)
         self.suspending = True
-        me = asyncio.current_task()
-        running = [t for t in self._in_step if t is not me and not t.done()]
-        if running:
-            _, late = await asyncio.wait(running, timeout=self.engine.settle_timeout)
-            for t in late:
-                t.cancel()
 
     async def _conclude(self, ok: bool, result: Any, failure: Exception | None) -> None:
         if isinstance(self.fatal, LeaseLost):
@@ -499,6 +538,16 @@ class Activation:
             )
             return
         if not ok:  # suspended without a pending wait: a swallowed divergence
+            return
+        left = [pos for pos in self.journal.by_pos if pos >= self._pos]
+        if left:
+            # The flow returned before reaching calls the journal holds: the
+            # code changed (e.g. a step was removed), just as a changed call is.
+            rec = self.journal.by_pos[min(left)]
+            err = NonDeterminismError(self.run_id, rec.pos, rec.key, None)
+            await self._finish_failed(
+                ErrorInfo(type_path(type(err)), str(err), None, Reason.NON_DETERMINISM.value)
+            )
             return
         try:
             data, tpath = encode_value(

@@ -163,10 +163,13 @@ class Client:
             version = None
         from stores._protocol import NewRun  # stores imports sdk: import at use
 
-        # Keyword order is not part of a call's identity: hash a canonical form.
-        canonical = json.dumps(
-            loads(args_json), sort_keys=True, separators=(",", ":"), ensure_ascii=False
-        )
+        # Keyword order, and positional vs keyword, are not part of a call's identity.
+        if isinstance(fd, FlowDef):
+            canonical = fd.call_identity(args_json)
+        else:
+            canonical = json.dumps(
+                loads(args_json), sort_keys=True, separators=(",", ":"), ensure_ascii=False
+            )
         digest = hashlib.sha256(f"{name}\n{canonical}".encode()).hexdigest()
         await self.store.create_run(
             NewRun(

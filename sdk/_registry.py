@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import json
 from collections.abc import Callable, Coroutine
 from typing import Any, ParamSpec, TypeVar, overload
 
@@ -91,6 +92,28 @@ class FlowDef:
             if tpath:
                 types[key] = tpath
         return dumps({"args": enc_args, "kwargs": enc_kwargs, "types": types})
+
+    def call_identity(self, args_json: str) -> str:
+        """What makes two starts the same call: arguments by parameter name.
+
+        ``start(f, 1, b=2)`` and ``start(f, a=1, b=2)`` are the same call;
+        keyword order does not matter. Defaults are not filled in.
+        """
+        raw = loads(args_json)
+        named: dict[str, Any] = {}
+        extra = []
+        for i, data in enumerate(raw.get("args", [])):
+            pname, _ = self._annotation(i, None)
+            param = self.signature.parameters.get(pname)
+            if param is not None and param.kind is param.POSITIONAL_OR_KEYWORD:
+                named[pname] = data
+            else:
+                extra.append(data)
+        named.update(raw.get("kwargs", {}))
+        return json.dumps(
+            {"args": extra, "kwargs": named, "types": raw.get("types", {})},
+            sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+        )  # fmt: skip
 
     def decode_args(self, text: str) -> tuple[list[Any], dict[str, Any]]:
         """Rebuild the arguments `encode_args` stored."""

@@ -137,7 +137,7 @@ def encode_value(value: Any, declared: Any, what: str) -> tuple[Any, str | None]
             _check_json(data, what, tp)
             return data, type_path(tp)
         raise SerializationError(
-            f"{what}: cannot store a {type_path(tp)} as JSON; return plain JSON data, "
+            f"{what}: cannot store a {type_path(tp)} as JSON; use plain JSON data, "
             "an attrs class or dataclass, or register a cattrs hook on sdk._serde.converter"
         )
     _check_fits(value, declared, what)

@@ -141,7 +141,9 @@ class Worker:
             task = asyncio.create_task(self._unknown_flow(claim))
             act = None
         else:
-            act = Activation(self.engine, claim.run, Journal.from_raw(claim.journal), fd)
+            act = Activation(
+                self.engine, claim.run, Journal.from_raw(claim.journal), fd, claim.mail
+            )
             task = asyncio.create_task(self._execute(act))
         self._inflight[run_id] = (task, act)  # type: ignore[assignment]
         task.add_done_callback(functools.partial(self._done, run_id))
@@ -239,7 +241,7 @@ class Worker:
         try:
             while not self._stop.is_set():
                 try:
-                    claimed, next_due = await self._poll()
+                    _, next_due = await self._poll()
                     backoff = 0.1
                 except asyncio.CancelledError:
                     raise
@@ -248,8 +250,8 @@ class Worker:
                     await self._sleep_or_stop(backoff)
                     backoff = min(backoff * 2, _MAX_IDLE)
                     continue
-                if claimed and len(self._inflight) < self.concurrency:
-                    continue  # the queue may still hold more
+                # A poll takes every ready run that fits: with slots left, the
+                # queue is empty (and its wake-up tokens are gone), so block.
                 timeout = _MAX_IDLE
                 if next_due is not None:
                     timeout = min(max(next_due - self.clock.time(), 0.001), _MAX_IDLE)

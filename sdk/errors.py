@@ -59,21 +59,28 @@ class NonDeterminismError(SteadyflowError):
         run_id: the run being replayed.
         position: the call's position in the activation (0-based).
         recorded: the step key the journal holds at that position (None if none).
-        called: the step key the code asked for.
+        called: the step key the code asked for (None: the flow returned before
+            reaching a call the journal holds, e.g. a step was removed).
     """
 
-    def __init__(self, run_id: str, position: int, recorded: str | None, called: str) -> None:
+    def __init__(
+        self, run_id: str, position: int, recorded: str | None, called: str | None
+    ) -> None:
         self.run_id = run_id
         self.position = position
         self.recorded = recorded
         self.called = called
-        if recorded is None:
-            what = f"the journal records {called!r} at another position"
-        else:
+        if called is None:
+            head = f"the flow returned before call #{position}"
             what = f"the journal records {recorded!r} there"
+        else:
+            head = f"call #{position} is {called!r}"
+            if recorded is None:
+                what = f"the journal records {called!r} at another position"
+            else:
+                what = f"the journal records {recorded!r} there"
         super().__init__(
-            f"run {run_id!r}: call #{position} is {called!r} but {what}; "
-            "flow code changed in a way that breaks replay"
+            f"run {run_id!r}: {head} but {what}; flow code changed in a way that breaks replay"
         )
 
 

@@ -45,10 +45,12 @@ class StoredRun:
 
 @attrs.frozen
 class Claim:
-    """A run a worker now holds a lease on, with its whole journal (raw JSON)."""
+    """A run a worker now holds a lease on, with its whole journal (raw JSON) and
+    the names of its mailboxes that held signals when it was claimed."""
 
     run: StoredRun
     journal: dict[str, str]
+    mail: frozenset[str] = frozenset()
 
 
 @attrs.frozen

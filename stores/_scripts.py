@@ -150,7 +150,7 @@ end
 
 -- Take up to `limit` ready runs (lowest score first across `queues`; every
 -- queue when `every`), lease them to `owner`, and return for each its run
--- hash and its whole journal.
+-- hash, its whole journal and its non-empty mailboxes.
 local function take(owner, now, expiry, limit, queues, every)
   if every then queues = redis.call('SMEMBERS', P .. K.queues) end
   local out = {}
@@ -176,6 +176,13 @@ local function take(owner, now, expiry, limit, queues, every)
       redis.call('ZADD', P .. K.leases, expiry, best)
       out[#out + 1] = redis.call('HGETALL', key)
       out[#out + 1] = redis.call('HGETALL', P .. K.journal .. best)
+      -- mailboxes holding signals now: a wait on any other one can park
+      -- without first trying to consume (the suspend script re-checks)
+      local mail = {}
+      for _, name in ipairs(redis.call('SMEMBERS', P .. K.mailboxes .. best)) do
+        if redis.call('LLEN', mbk(best, name)) > 0 then mail[#mail + 1] = name end
+      end
+      out[#out + 1] = mail
       n = n + 1
     end
   end

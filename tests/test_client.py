@@ -358,3 +358,18 @@ async def test_signal_to_a_finished_run_raises_and_writes_nothing() -> None:
         with pytest.raises(InvalidTransition):
             await env.client.signal(handle.run_id, "go", {"x": 1}, dedup_id="d-1")
         assert sorted(await store_keys(env)) == before
+
+
+@flow(name="tests.client.two_params")
+async def two_params(a: int, b: int) -> int:
+    return a + b
+
+
+async def test_positional_and_keyword_starts_of_the_same_call_are_one_run() -> None:
+    async with FlowTestEnv() as env:
+        first = await env.start(two_params, 1, b=2, run_id="same-call")
+        second = await env.start(two_params, a=1, b=2, run_id="same-call")
+        third = await env.start(two_params, b=2, a=1, run_id="same-call")
+        assert first.run_id == second.run_id == third.run_id
+        with pytest.raises(IdempotencyConflict):
+            await env.start(two_params, 2, b=1, run_id="same-call")

@@ -218,3 +218,41 @@ async def test_uuid4_gives_a_new_value_per_call() -> None:
         await env.run_until_idle()
         first, second = await handle.result()
     assert first != second
+
+
+# -- a call removed from the end of the flow ----------------------------------------
+
+TAIL = {"steps": 2, "wait": True}
+
+
+@step(name="tests.determinism.tail")
+async def tail_step(n: int) -> int:
+    return n
+
+
+@flow(name="tests.determinism.tail_flow")
+async def tail_flow() -> int:
+    total = 0
+    for i in range(TAIL["steps"]):
+        total += await tail_step(i)
+    if TAIL["wait"]:
+        await wait_for("finish")
+    return total
+
+
+async def test_a_flow_that_returns_before_its_recorded_calls_fails_with_non_determinism() -> None:
+    try:
+        async with FlowTestEnv() as env:
+            handle = await env.start(tail_flow)
+            await env.run_until_idle()
+            assert await handle.status() == "waiting_for_signal"
+            TAIL.update(steps=1, wait=False)  # "deploy" code without the last step and wait
+            await env.client.signal(handle.run_id, "finish")
+            await env.run_until_idle()
+            with pytest.raises(RunFailed) as info:
+                await handle.result()
+    finally:
+        TAIL.update(steps=2, wait=True)
+    assert info.value.error.reason == "non_determinism"
+    assert "the flow returned before call #1" in info.value.error.message
+    assert "tests.determinism.tail#2" in info.value.error.message

@@ -123,3 +123,13 @@ async def test_claim_skips_a_run_canceled_while_queued(store: RedisStore) -> Non
 
     assert await claim_ids(store) == ["r2"]
     assert await status_of(store, "r1") is RunStatus.CANCELED
+
+
+async def test_claim_names_the_mailboxes_that_hold_signals(store: RedisStore) -> None:
+    await store.create_run(new_run("with-mail", created_at=T0))
+    await store.create_run(new_run("no-mail", created_at=T0 + 1))
+    await store.signal("with-mail", "s:go", '"x"', None)
+    await store.signal("with-mail", "h:ok", '"y"', None)
+    claims = {c.run.record.run_id: c for c in await store.claim(OWNER, None, 2, T0, TTL)}
+    assert claims["with-mail"].mail == {"s:go", "h:ok"}
+    assert claims["no-mail"].mail == frozenset()

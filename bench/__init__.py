@@ -1,0 +1,1 @@
+"""Steadyflow benchmarks: ``python -m bench.NAME`` (see docs/benchmarks.md)."""

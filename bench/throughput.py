@@ -1,0 +1,104 @@
+"""Aggregate steps/s of one worker process executing 100 runs at once.
+
+100 runs of a flow of N trivial steps are started (queued) first; then one
+in-process `Worker(concurrency=100)` executes them all. Throughput = steps
+completed / wall time from the worker starting to the last run finishing
+(claims, step records and finishes included).
+
+    python -m bench.throughput [--runs 100] [--steps 200] [--rounds 3] [--store URL] [--profile]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from typing import Any
+
+from bench import flows
+from bench._common import bench_store, emit, new_prefix, parser, profiled, table
+from sdk import Client, RunStatus, Worker
+
+__all__ = ["main", "measure"]
+
+
+async def measure(
+    url: str,
+    runs: int = 100,
+    steps: int = 200,
+    rounds: int = 3,
+    concurrency: int | None = None,
+    profile: bool = False,
+    **store_kwargs: Any,
+) -> dict[str, Any]:
+    conc = concurrency or runs
+    rates: list[float] = []
+    failed = 0
+    async with bench_store(url, new_prefix("throughput"), **store_kwargs) as store:
+        client = Client(store)
+        worker = Worker(store, [flows.chain], concurrency=conc)
+        for n in range(rounds + 1):  # round 0 warms up (connections, scripts)
+            handles = [await client.start(flows.chain, steps) for _ in range(runs)]
+            t0 = time.perf_counter()
+            with profiled(profile and n == 1):
+                await worker.run_until_idle()
+            wall = time.perf_counter() - t0
+            for h in handles:
+                if (await client.get(h.run_id)).status is not RunStatus.COMPLETED:
+                    failed += 1
+            if n:
+                rates.append(runs * steps / wall)
+    return {
+        "runs": runs,
+        "steps_per_run": steps,
+        "concurrency": conc,
+        "rounds": rounds,
+        "steps_per_s": statistics.median(rates),
+        "steps_per_s_best": max(rates),
+        "steps_per_s_all": rates,
+        "runs_not_completed": failed,
+        "pool_max_connections": store_kwargs.get("max_connections", "store default"),
+    }
+
+
+def report(r: dict[str, Any]) -> str:
+    rows = [
+        ("median of rounds", r["steps_per_s"]),
+        ("best round", r["steps_per_s_best"]),
+    ]
+    text = (
+        f"throughput: {r['runs']} runs x {r['steps_per_run']} steps, "
+        f"Worker(concurrency={r['concurrency']}), {r['rounds']} rounds, "
+        f"pool max_connections={r['pool_max_connections']}\n"
+        + table(rows, ["aggregate", "steps/s"])
+    )
+    if r["runs_not_completed"]:
+        text += (
+            f"\nWARNING: {r['runs_not_completed']} run(s) did not complete "
+            "(see the worker's log above)"
+        )
+    return text
+
+
+def main() -> None:
+    p = parser(__doc__.splitlines()[0])
+    p.add_argument("--runs", type=int, default=100)
+    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--concurrency", type=int, default=None, help="default: --runs")
+    p.add_argument("--profile", action="store_true", help="cProfile the first measured round")
+    p.add_argument(
+        "--max-connections",
+        type=int,
+        default=None,
+        help="size of the store's command pool (default: the store's own)",
+    )
+    a = p.parse_args()
+    extra: dict[str, Any] = {"max_connections": a.max_connections} if a.max_connections else {}
+    r = asyncio.run(measure(a.store, a.runs, a.steps, a.rounds, a.concurrency, a.profile, **extra))
+    print(report(r))
+    emit("throughput", r, a.json)
+
+
+if __name__ == "__main__":
+    main()
