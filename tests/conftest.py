@@ -7,10 +7,13 @@
 - ``store``: parametrized over both; the conformance suite uses it.
 - ``private_redis``: a redis-server of the test's own on a free port (restart,
   persistence, outage tests); stopped by pid.
+- ``workers`` / ``client``: real ``python -m sdk.worker`` processes on the real
+  Redis under the test's prefix (tests.crashflows.Workers), and a Client there.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -23,8 +26,10 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
+from sdk import Client
 from stores import open_store
 from stores.redis import RedisStore
+from tests.crashflows import Workers
 
 REDIS_URL = os.environ.get("STEADYFLOW_TEST_REDIS", "redis://127.0.0.1:6379/0")
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
@@ -62,16 +67,23 @@ def key_prefix_fixture() -> str:
     return f"sftest-{uuid.uuid4().hex[:12]}"
 
 
-@pytest_asyncio.fixture(name="real_store")
-async def real_store_fixture(redis_url: str, key_prefix: str) -> AsyncIterator[RedisStore]:
-    store = RedisStore.from_url(redis_url, prefix=key_prefix)
+@contextlib.asynccontextmanager
+async def redis_store(url: str, prefix: str) -> AsyncIterator[RedisStore]:
+    """A RedisStore under `prefix`; every key under it is deleted afterwards."""
+    store = RedisStore.from_url(url, prefix=prefix)
     try:
         yield store
     finally:
-        keys = [k async for k in store.client.scan_iter(match=f"{key_prefix}:*", count=1000)]
+        keys = [k async for k in store.client.scan_iter(match=f"{prefix}:*", count=1000)]
         if keys:
             await store.client.delete(*keys)
         await store.close()
+
+
+@pytest_asyncio.fixture(name="real_store")
+async def real_store_fixture(redis_url: str, key_prefix: str) -> AsyncIterator[RedisStore]:
+    async with redis_store(redis_url, key_prefix) as store:
+        yield store
 
 
 @pytest_asyncio.fixture(name="memory_store")
@@ -94,15 +106,8 @@ async def store_fixture(
         finally:
             await store.close()
         return
-    url = need_real_redis()
-    store = RedisStore.from_url(url, prefix=key_prefix)
-    try:
-        yield store
-    finally:
-        keys = [k async for k in store.client.scan_iter(match=f"{key_prefix}:*", count=1000)]
-        if keys:
-            await store.client.delete(*keys)
-        await store.close()
+    async with redis_store(need_real_redis(), key_prefix) as real:
+        yield real
 
 
 def free_port() -> int:
@@ -160,3 +165,20 @@ def private_redis_fixture(tmp_path: Path) -> Iterator[PrivateRedis]:
         yield server
     finally:
         server.stop(kill=True)
+
+
+@pytest.fixture(name="workers")
+def workers_fixture(
+    redis_url: str, key_prefix: str, real_store: RedisStore, tmp_path: Path
+) -> Iterator[Workers]:
+    # real_store (same prefix) deletes the keys after the test; the workers die first.
+    workers = Workers(redis_url, key_prefix, tmp_path)
+    try:
+        yield workers
+    finally:
+        workers.close()
+
+
+@pytest.fixture(name="client")
+def client_fixture(real_store: RedisStore) -> Client:
+    return Client(real_store)

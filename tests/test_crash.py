@@ -7,7 +7,6 @@ Redis under the test's own key prefix, with a 1 s lease.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,23 +27,6 @@ pytestmark = [pytest.mark.redis, pytest.mark.slow]
 
 STARTUP = 15.0  # a worker process imports and claims well within this
 FINISH = 20.0  # lease expiry (1 s) + recovery + replay, with room for a loaded machine
-
-
-@pytest.fixture(name="workers")
-def workers_fixture(
-    redis_url: str, key_prefix: str, real_store: RedisStore, tmp_path: Path
-) -> Iterator[Workers]:
-    # real_store (same prefix) deletes the keys after the test; the workers die first.
-    workers = Workers(redis_url, key_prefix, tmp_path)
-    try:
-        yield workers
-    finally:
-        workers.close()
-
-
-@pytest.fixture(name="client")
-def client_fixture(real_store: RedisStore) -> Client:
-    return Client(real_store)
 
 
 async def test_sigkill_mid_step_resumes_on_another_worker_without_rerunning_steps(

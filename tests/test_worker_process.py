@@ -6,7 +6,6 @@ import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,22 +26,6 @@ pytestmark = [pytest.mark.redis, pytest.mark.slow]
 
 STARTUP = 15.0
 FINISH = 20.0
-
-
-@pytest.fixture(name="workers")
-def workers_fixture(
-    redis_url: str, key_prefix: str, real_store: RedisStore, tmp_path: Path
-) -> Iterator[Workers]:
-    workers = Workers(redis_url, key_prefix, tmp_path)
-    try:
-        yield workers
-    finally:
-        workers.close()
-
-
-@pytest.fixture(name="client")
-def client_fixture(real_store: RedisStore) -> Client:
-    return Client(real_store)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
