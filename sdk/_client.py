@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import uuid
@@ -72,13 +73,11 @@ class RunHandle:
             TimeoutError: `timeout` seconds passed first.
             RunNotFound: no such run.
         """
-        import asyncio
-
         store = self._client.store
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         while True:
-            stored, marker = await store.watch(self.run_id)
+            stored = await store.get_run(self.run_id)
             if stored is None:
                 raise RunNotFound(self.run_id)
             if stored.record.status.is_terminal:
@@ -88,7 +87,7 @@ class RunHandle:
                 raise TimeoutError(
                     f"run {self.run_id!r} is still {stored.record.status.value} after {timeout}s"
                 )
-            await store.wait_finished(self.run_id, marker, min(wait, 5.0))
+            await store.wait_finished(self.run_id, min(wait, 5.0))
 
 
 class Client:

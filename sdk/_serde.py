@@ -124,13 +124,13 @@ def encode_value(value: Any, declared: Any, what: str) -> tuple[Any, str | None]
         if tp in _SCALARS:
             return value, None
         if tp in (list, dict):
-            try:
-                dumps(value)
-            except (TypeError, ValueError) as exc:
+            problem = _json_problem(value)
+            if problem is not None:
                 raise SerializationError(
-                    f"{what}: {tp.__name__} holds a value JSON cannot represent ({exc}); "
-                    "annotate its type (e.g. -> list[Order]) so it can be stored and rebuilt"
-                ) from None
+                    f"{what}: the {tp.__name__} holds {problem}, which JSON would not give "
+                    "back as it is; annotate its type (e.g. -> dict[int, str] or "
+                    "-> list[Order]) so it is stored and rebuilt exactly"
+                )
             return value, None
         if tp in _SEQUENCES or _is_rich(value):
             data = converter.unstructure(value)
@@ -169,6 +169,26 @@ def _check_fits(value: Any, declared: Any, what: str) -> None:
     )
 
 
+def _json_problem(value: Any) -> str | None:
+    """What in plain (unannotated) data would not survive a JSON round trip."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        tp = type(item)
+        if tp in _SCALARS:
+            continue
+        if tp is list:
+            stack.extend(item)
+        elif tp is dict:
+            for key in item:
+                if type(key) is not str:
+                    return f"the {type(key).__name__} key {key!r}"
+            stack.extend(item.values())
+        else:
+            return f"a {type_path(tp)} ({item!r:.60})"
+    return None
+
+
 def _check_json(data: Any, what: str, tp: type) -> None:
     try:
         dumps(data)
@@ -197,7 +217,7 @@ def return_type(fn: Callable[..., Any]) -> Any:
     except Exception:
         return None
     tp = hints.get("return")
-    if tp is None or tp is Any or tp is type(None):
+    if tp is None or tp is Any or tp is object or tp is type(None):
         return None
     return tp
 

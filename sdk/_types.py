@@ -41,7 +41,10 @@ _TERMINAL = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELED
 
 
 class Reason(enum.StrEnum):
-    """Why a step or a run failed (or was canceled); equal to its string value."""
+    """Why a step or a run failed; equal to its string value.
+
+    (A canceled run's `RunRecord.reason` is the text given to `Client.cancel`.)
+    """
 
     STEP_FAILED = "step_failed"
     """A step with no retry policy raised; it ran once."""
@@ -59,10 +62,6 @@ class Reason(enum.StrEnum):
     """The run's lease expired too many times without progress."""
     SERIALIZATION_ERROR = "serialization_error"
     """A result or argument could not be stored or rebuilt."""
-    FLOW_NOT_REGISTERED = "flow_not_registered"
-    """The worker that claimed the run does not know its flow."""
-    CANCELED = "canceled"
-    """`Client.cancel` was called."""
 
     def __str__(self) -> str:
         return self.value

@@ -17,7 +17,7 @@ from sdk._clock import Clock, SystemClock
 from sdk._journal import Journal
 from sdk._registry import FlowDef, flow_def_of, registered_flows
 from sdk._serde import converter, dumps
-from sdk._types import ErrorInfo, Reason, RunStatus
+from sdk._types import ErrorInfo, Reason
 from sdk.errors import LeaseLost
 
 if TYPE_CHECKING:
@@ -35,7 +35,9 @@ class Worker:
 
     Args:
         store: the store (see `stores.open_store`).
-        flows: the flows to serve (functions or names); default every registered flow.
+        flows: the flows to serve (functions or names); default every flow registered
+            in this process (at each poll). A worker claims only runs of flows it
+            serves: others stay queued for a worker that serves them.
         concurrency: activations executing at once.
         clock: injected clock (tests pass a `FakeClock`).
         lease_ttl: seconds a claimed run stays owned without a heartbeat.
@@ -111,6 +113,12 @@ class Worker:
             raise TypeError(f"{f!r} is not a @flow function")
         return fd.name
 
+    def _served(self) -> list[str]:
+        """Flow names this worker runs; runs of other flows stay queued for others."""
+        if self._flows is not None:
+            return self._flows
+        return list(registered_flows())
+
     def _flow(self, name: str) -> FlowDef | None:
         if self._flows is not None and name not in self._flows:
             return None
@@ -124,9 +132,12 @@ class Worker:
         Returns how many runs were claimed and when the next timer or lease is due.
         """
         free = max(self.concurrency - len(self._inflight), 0)
+        served = self._served()
+        if not served:
+            free = 0  # nothing to serve: keep timers and leases, claim nothing
         claims, tick = await self.store.poll(
             self.owner, self.queues, free, self.clock.time(), self.lease_ttl,
-            self.max_recoveries, self._recovery_error,
+            self.max_recoveries, self._recovery_error, flows=served,
         )  # fmt: skip
         if tick.recovered:
             log.warning("recovered %d run(s) whose lease expired", tick.recovered)
@@ -153,20 +164,12 @@ class Worker:
         self._slot_freed.set()
 
     async def _unknown_flow(self, claim: Claim) -> None:
+        # Only reachable if a flow left the registry between poll and spawn:
+        # hand the run back for a worker that serves its flow.
         rec = claim.run.record
-        error = ErrorInfo(
-            "sdk.errors:FlowNotFound",
-            f"flow {rec.flow!r} is not registered in worker {self.owner!r}; "
-            "resume the run once a worker that serves it is running",
-            None,
-            Reason.FLOW_NOT_REGISTERED.value,
-        )
-        log.error("run %s: %s", rec.run_id, error.message)
+        log.warning("run %s: flow %r is not served here; handing it back", rec.run_id, rec.flow)
         with contextlib.suppress(LeaseLost):
-            await self.store.finish(
-                rec.run_id, claim.run.fence, RunStatus.FAILED, self.clock.time(),
-                {"error": dumps(converter.unstructure(error)), "reason": error.reason or ""},
-            )  # fmt: skip
+            await self.store.release(rec.run_id, claim.run.fence)
 
     async def _execute(self, act: Activation) -> None:
         try:

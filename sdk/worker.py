@@ -39,6 +39,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--queues", default=None, help="comma-separated queues (default: all)")
     p.add_argument("--grace", type=float, default=None, help="shutdown grace seconds (lease TTL)")
     p.add_argument("--prefix", default="sf", help="key prefix (sf)")
+    p.add_argument(
+        "--partitions", type=int, default=1,
+        help="hash-tag partitions; the same in every process of a deployment (1)",
+    )  # fmt: skip
     p.add_argument("--log-level", default=os.environ.get("STEADYFLOW_LOG_LEVEL", "INFO"))
     return p.parse_args(argv)
 
@@ -46,7 +50,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 async def serve(args: argparse.Namespace) -> None:
     from stores import open_store
 
-    store = open_store(args.store, prefix=args.prefix)
+    store = open_store(args.store, prefix=args.prefix, partitions=args.partitions)
     queues = [q for q in args.queues.split(",") if q] if args.queues else None
     worker = Worker(
         store,

@@ -22,7 +22,7 @@ SUFFIX = {
     "mailboxes": "mbn:",  # SET   mailbox names that exist (+ run id)
     "dedup": "dd:",  # SET   dedup ids seen (+ run id)
     "waits": "w:",  # SET   mailboxes a waiting run waits on (+ run id)
-    "done": "done:",  # STREAM one entry per finish, for waiters (+ run id)
+    "done": "done:",  # LIST  the final status once finished, for waiters (+ run id)
     "queue": "q:",  # ZSET  ready runs, score = priority * 2^40 + seq (+ queue)
     "wake": "wake:",  # LIST  wake-up tokens (+ queue, or "*" for any queue)
     "status": "idx:",  # ZSET  runs by created_at, per status (+ status)

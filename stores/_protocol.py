@@ -89,9 +89,19 @@ class Store(Protocol):
         ...
 
     async def claim(
-        self, owner: str, queues: Sequence[str] | None, limit: int, now: float, lease_ttl: float
+        self,
+        owner: str,
+        queues: Sequence[str] | None,
+        limit: int,
+        now: float,
+        lease_ttl: float,
+        *,
+        flows: Sequence[str] | None = None,
     ) -> list[Claim]:
-        """Take up to `limit` ready runs, highest priority first, with their journals."""
+        """Take up to `limit` ready runs, highest priority first, with their journals.
+
+        With `flows`, only runs of those flows are taken; others stay queued.
+        """
         ...
 
     async def poll(
@@ -103,6 +113,8 @@ class Store(Protocol):
         lease_ttl: float,
         max_recoveries: int,
         recovery_error: str,
+        *,
+        flows: Sequence[str] | None = None,
     ) -> tuple[list[Claim], TickResult]:
         """`tick` then `claim`, in one round trip per partition (a worker's loop)."""
         ...
@@ -169,16 +181,11 @@ class Store(Protocol):
         """Block until a run may be ready on these queues (or timeout)."""
         ...
 
-    async def wait_finished(self, run_id: str, after: str, timeout: float) -> str | None:
-        """Block until the run finishes after stream id `after`; returns the new id."""
-        ...
+    async def wait_finished(self, run_id: str, timeout: float) -> bool:
+        """Block until the run has finished (or timeout); True if it has.
 
-    async def watch(self, run_id: str) -> tuple[StoredRun | None, str]:
-        """The run and its `finish_marker`, in one round trip."""
-        ...
-
-    async def finish_marker(self, run_id: str) -> str:
-        """The id of the newest finish notice of a run ("0-0" if none)."""
+        Returns at once for a run that finished and was not resumed since.
+        """
         ...
 
     async def close(self) -> None: ...

@@ -73,6 +73,12 @@ def _flat(pairs: list[str]) -> dict[str, str]:
     return dict(zip(pairs[::2], pairs[1::2], strict=True))
 
 
+def _scope(flows: Sequence[str] | None, queues: Sequence[str] | None) -> list[str]:
+    """Claim arguments: the count of flow names (0: any flow), the names, the queues."""
+    names = list(flows or ())
+    return [str(len(names)), *names, *(queues or ())]
+
+
 def _claims(reply: list[Any]) -> list[Claim]:
     """Claims from a claim/poll reply: (run hash, journal, non-empty mailboxes) per run."""
     out = []
@@ -260,7 +266,14 @@ class RedisStore:
     # -- activations ----------------------------------------------------------
 
     async def claim(
-        self, owner: str, queues: Sequence[str] | None, limit: int, now: float, lease_ttl: float
+        self,
+        owner: str,
+        queues: Sequence[str] | None,
+        limit: int,
+        now: float,
+        lease_ttl: float,
+        *,
+        flows: Sequence[str] | None = None,
     ) -> list[Claim]:
         claims: list[Claim] = []
         for p in self._partitions():
@@ -275,7 +288,7 @@ class RedisStore:
                     _num(now),
                     _num(now + lease_ttl),
                     str(limit - len(claims)),
-                    *(queues or ()),
+                    *_scope(flows, queues),
                 ],
             )
             claims += _claims(reply)
@@ -290,6 +303,8 @@ class RedisStore:
         lease_ttl: float,
         max_recoveries: int,
         recovery_error: str,
+        *,
+        flows: Sequence[str] | None = None,
     ) -> tuple[list[Claim], TickResult]:
         claims: list[Claim] = []
         fired = recovered = 0
@@ -301,7 +316,7 @@ class RedisStore:
                 [
                     self.keys.base(p), owner, _num(now), _num(now + lease_ttl),
                     str(max(limit - len(claims), 0)), str(max_recoveries), recovery_error,
-                    *(queues or ()),
+                    *_scope(flows, queues),
                 ],
             )  # fmt: skip
             fired += int(f)
@@ -466,26 +481,12 @@ class RedisStore:
                 t.cancel()
             await asyncio.gather(*waits, return_exceptions=True)
 
-    async def watch(self, run_id: str) -> tuple[StoredRun | None, str]:
-        async with self.client.pipeline(transaction=False) as pipe:
-            pipe.xrevrange(self.keys.done(run_id), count=1)
-            pipe.hgetall(self.keys.run(run_id))
-            entries, h = await pipe.execute()
-        marker = str(entries[0][0]) if entries else "0-0"
-        return (parse_run(run_id, h) if h else None), marker
-
-    async def finish_marker(self, run_id: str) -> str:
-        entries = await self.client.xrevrange(self.keys.done(run_id), count=1)
-        return str(entries[0][0]) if entries else "0-0"
-
-    async def wait_finished(self, run_id: str, after: str, timeout: float) -> str | None:
+    async def wait_finished(self, run_id: str, timeout: float) -> bool:
+        # Rotating the one-element list onto itself reads it without taking it,
+        # so every waiter wakes. Returns at once if the run already finished.
         key = self.keys.done(run_id)
-        reply: Any = await self.blocking_client.xread(
-            {key: after}, count=1, block=max(1, int(timeout * 1000))
-        )
-        if not reply:
-            return None
-        return str(reply[0][1][-1][0])
+        reply = await self.blocking_client.brpoplpush(key, key, max(timeout, 0.001))
+        return reply is not None
 
 
 def _redact(url: str) -> str:

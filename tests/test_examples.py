@@ -375,27 +375,19 @@ async def int_keys() -> None:
     await wait_for("go")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: an unannotated dict with int keys is stored as JSON (keys become str) "
-    "and replays as {'1': 'one'}; it should replay as recorded or be refused with "
-    "SerializationError naming the step",
-)
-async def test_unannotated_dict_with_int_keys_replays_as_recorded_or_is_refused(
+async def test_unannotated_dict_with_int_keys_is_refused_naming_the_step(
     flow_env: FlowTestEnv,
 ) -> None:
+    # JSON would turn {1: "one"} into {"1": "one"}: refused, not silently changed.
     SEEN_RESULTS.clear()
     run = await flow_env.start(int_keys)
     await flow_env.run_until_idle()
-    if await run.status() is RunStatus.FAILED:  # refused at once: also correct
-        with pytest.raises(RunFailed) as failed:
-            await run.result()
-        assert failed.value.error.reason == "serialization_error"
-        assert failed.value.error.step_key == "unannotated_int_keys#1"
-        return
-    await flow_env.client.signal(run.run_id, "go")
-    await flow_env.run_until_idle()
-    assert SEEN_RESULTS == [{1: "one"}, {1: "one"}]  # live, then replayed
+    with pytest.raises(RunFailed) as failed:
+        await run.result()
+    assert failed.value.error.reason == "serialization_error"
+    assert failed.value.error.step_key == "unannotated_int_keys#1"
+    assert "the int key 1" in failed.value.error.message
+    assert SEEN_RESULTS == []
 
 
 # -- the docs' code ----------------------------------------------------------------------

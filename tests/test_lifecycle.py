@@ -331,25 +331,21 @@ async def test_resume_of_a_completed_run_is_an_invalid_transition() -> None:
 # -- flow not registered ------------------------------------------------------------
 
 
-async def test_a_run_of_a_flow_the_worker_does_not_serve_fails_and_can_be_resumed() -> None:
+async def test_a_run_of_a_flow_no_worker_serves_waits_queued_until_one_does() -> None:
     async with FlowTestEnv(flows=[simple]) as env:
-        handle = await env.start(waiting)
+        other = await env.start(waiting)
+        mine = await env.start(simple)
         await env.run_until_idle()
-        with pytest.raises(RunFailed) as info:
-            await handle.result()
-        err = info.value.error
-        assert err.reason == "flow_not_registered"
-        assert err.type == "sdk.errors:FlowNotFound"
-        assert "tests.lifecycle.waiting" in err.message
-        assert RUNS == {}
+        assert await mine.result() == "simple"  # not blocked behind the other flow's run
+        assert await other.status() == "pending"
+        assert RUNS == {"simple": 1}  # nothing of the unserved flow ran
 
-        # A worker that serves it comes up; the run is resumed there.
+        # A worker that serves it comes up (e.g. after a rolling deploy).
         serving = Worker(env.store, [waiting], clock=env.clock, inline_backoff_max=0)
-        await env.client.resume(handle.run_id)
-        await env.client.signal(handle.run_id, "go", "late but fine")
+        await env.client.signal(other.run_id, "go", "late but fine")
         await serving.run_until_idle()
-        assert await handle.result() == "late but fine"
-    assert RUNS == {"before": 1, "after": 1}
+        assert await other.result() == "late but fine"
+    assert RUNS == {"simple": 1, "before": 1, "after": 1}
 
 
 # -- lease expiry and recovery --------------------------------------------------

@@ -133,3 +133,19 @@ async def test_claim_names_the_mailboxes_that_hold_signals(store: RedisStore) ->
     claims = {c.run.record.run_id: c for c in await store.claim(OWNER, None, 2, T0, TTL)}
     assert claims["with-mail"].mail == {"s:go", "h:ok"}
     assert claims["no-mail"].mail == frozenset()
+
+
+async def test_claim_with_flows_takes_only_runs_of_those_flows(store: RedisStore) -> None:
+    await store.create_run(new_run("other-first", flow="tests.other", priority=-5, created_at=T0))
+    await store.create_run(new_run("mine", flow="tests.mine", priority=0, created_at=T0 + 1))
+    claims = await store.claim(OWNER, None, 10, T0, TTL, flows=["tests.mine"])
+    assert [c.run.record.run_id for c in claims] == ["mine"]
+    # the other flow's run is still queued, first in line for a worker that serves it
+    claims = await store.claim(OWNER, None, 10, T0, TTL, flows=["tests.other", "tests.mine"])
+    assert [c.run.record.run_id for c in claims] == ["other-first"]
+
+
+async def test_claim_without_flows_takes_any_flow(store: RedisStore) -> None:
+    await store.create_run(new_run("a", flow="tests.a", created_at=T0))
+    await store.create_run(new_run("b", flow="tests.b", created_at=T0 + 1))
+    assert await claim_ids(store) == ["a", "b"]

@@ -63,47 +63,43 @@ async def test_finish_to_a_status_the_table_forbids_raises_invalid_transition(
     assert await status_of(store, "r1") is RunStatus.RUNNING
 
 
-async def test_finish_marker_is_zero_until_the_run_finishes(store: RedisStore) -> None:
+async def test_wait_finished_times_out_until_the_run_finishes(store: RedisStore) -> None:
     claim = await start_and_claim(store, "r1")
-    assert await store.finish_marker("r1") == "0-0"
-    assert await store.finish_marker("unknown") == "0-0"
+    assert await store.wait_finished("r1", 0.05) is False
+    assert await store.wait_finished("unknown", 0.05) is False
 
     await store.finish("r1", claim.run.fence, RunStatus.COMPLETED, T0, {"result": "1"})
 
-    assert await store.finish_marker("r1") != "0-0"
+    assert await store.wait_finished("r1", 0.05) is True
+    assert await store.wait_finished("r1", 0.05) is True  # reading does not consume it
 
 
-async def test_wait_finished_is_woken_by_finish(store: RedisStore) -> None:
+async def test_wait_finished_wakes_every_waiter_on_finish(store: RedisStore) -> None:
     claim = await start_and_claim(store, "r1")
-    marker = await store.finish_marker("r1")
-    waiter = asyncio.create_task(store.wait_finished("r1", marker, WAKE_TIMEOUT))
-    await asyncio.sleep(0)  # let the waiter start (a later start still sees the entry)
+    waiters = [asyncio.create_task(store.wait_finished("r1", WAKE_TIMEOUT)) for _ in range(3)]
+    await asyncio.sleep(0.05)  # let the waiters block (a later start sees the notice anyway)
 
     await store.finish("r1", claim.run.fence, RunStatus.FAILED, T0, {"reason": "x"})
 
-    woke = await waiter
-    assert woke is not None
-    assert woke == await store.finish_marker("r1")
+    assert await asyncio.gather(*waiters) == [True, True, True]
 
 
 async def test_wait_finished_is_woken_by_cancel(store: RedisStore) -> None:
     await store.create_run(new_run("r1"))
-    marker = await store.finish_marker("r1")
-    waiter = asyncio.create_task(store.wait_finished("r1", marker, WAKE_TIMEOUT))
+    waiter = asyncio.create_task(store.wait_finished("r1", WAKE_TIMEOUT))
     await asyncio.sleep(0)
 
     await store.cancel("r1", "stop", T0)
 
-    assert await waiter is not None
+    assert await waiter is True
 
 
-async def test_wait_finished_after_the_newest_marker_times_out(store: RedisStore) -> None:
+async def test_resume_clears_the_finish_notice(store: RedisStore) -> None:
     claim = await start_and_claim(store, "r1")
-    await store.finish("r1", claim.run.fence, RunStatus.COMPLETED, T0, {"result": "1"})
-    marker = await store.finish_marker("r1")
+    await store.finish("r1", claim.run.fence, RunStatus.FAILED, T0, {"reason": "x"})
+    await store.resume("r1", None)
 
-    assert await store.wait_finished("r1", marker, 0.05) is None
-    assert await store.wait_finished("r1", "0-0", 0.05) == marker  # already finished
+    assert await store.wait_finished("r1", 0.05) is False
 
 
 async def test_wait_ready_is_woken_by_create_run(store: RedisStore) -> None:

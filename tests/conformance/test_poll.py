@@ -76,23 +76,3 @@ async def test_poll_fails_a_run_recovered_too_often(store: RedisStore) -> None:
     assert stored is not None
     assert stored.record.status is RunStatus.FAILED
     assert stored.record.reason == "max_recoveries_exceeded"
-
-
-async def test_watch_of_unknown_run(store: RedisStore) -> None:
-    assert await store.watch("nope") == (None, "0-0")
-
-
-async def test_watch_returns_the_run_and_its_finish_marker(store: RedisStore) -> None:
-    claim = await start_and_claim(store, "r1")
-    stored, marker = await store.watch("r1")
-    assert stored is not None and stored.record.status is RunStatus.RUNNING
-    assert marker == "0-0"
-
-    await store.finish("r1", claim.run.fence, RunStatus.COMPLETED, T0, {"result": "[]"})
-
-    stored, marker = await store.watch("r1")
-    assert stored is not None and stored.record.status is RunStatus.COMPLETED
-    assert stored.raw_result == "[]"
-    assert marker != "0-0"
-    assert marker == await store.finish_marker("r1")
-    assert await store.wait_finished("r1", marker, 0.05) is None

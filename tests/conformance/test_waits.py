@@ -238,7 +238,7 @@ async def test_cancel_of_a_pending_run(store: RedisStore) -> None:
     assert stored.record.finished_at is not None
     assert stored.record.finished_at.timestamp() == T0 + 1
     assert await claim_ids(store) == []
-    assert await store.finish_marker("r1") != "0-0"
+    assert await store.wait_finished("r1", 0.05) is True
 
 
 async def test_cancel_of_a_waiting_run_removes_its_timer(store: RedisStore) -> None:
