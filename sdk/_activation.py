@@ -246,13 +246,23 @@ class Activation:
     # -- steps --------------------------------------------------------------------
 
     def step_call(
-        self, spec: StepSpec, args: tuple[Any, ...], kwargs: dict[str, Any]
+        self,
+        spec: StepSpec,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
     ) -> Coroutine[Any, Any, Any]:
         key, pos = self.alloc(spec.name)
-        return self._tracked(self._step, spec, args, kwargs, key, pos)
+        return self._tracked(self._step, spec, fn, args, kwargs, key, pos)
 
     async def _step(
-        self, spec: StepSpec, args: tuple[Any, ...], kwargs: dict[str, Any], key: str, pos: int
+        self,
+        spec: StepSpec,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        key: str,
+        pos: int,
     ) -> Any:
         rec = self.check(key, pos)
         attempts = 0
@@ -265,11 +275,12 @@ class Activation:
             if rec.due is not None and self.clock.time() < rec.due:
                 self._pending.append(_Pending(key, None, None, rec.due, False))
                 raise self._suspend()
-        return await self._attempts(spec, args, kwargs, key, pos, attempts)
+        return await self._attempts(spec, fn, args, kwargs, key, pos, attempts)
 
     async def _attempts(
         self,
         spec: StepSpec,
+        fn: Callable[..., Any],
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         key: str,
@@ -285,7 +296,7 @@ class Activation:
                 StepContext(self.run_id, key, attempts + 1, f"{self.run_id}:{key}")
             )
             try:
-                value = spec.fn(*args, **kwargs)
+                value = fn(*args, **kwargs)
                 if isinstance(value, Awaitable):
                     value = await value
             except Exception as exc:
@@ -293,15 +304,15 @@ class Activation:
                 if self.crashed:
                     raise _Crash(_TOKEN, key) from None
                 attempts += 1
-                delay = await self._failed(key, pos, exc, attempts, policy)
-                if delay is None:
+                due = await self._failed(key, pos, exc, attempts, policy)
+                if due is None:
                     raise
+                delay = due - self.clock.time()
                 if delay > self.engine.inline_backoff_max:
-                    self._pending.append(
-                        _Pending(key, None, None, self.clock.time() + delay, False)
-                    )
+                    # a durable timer at the recorded due time; the run holds no worker
+                    self._pending.append(_Pending(key, None, None, due, False))
                     raise self._suspend() from None
-                await asyncio.sleep(delay)
+                await asyncio.sleep(max(delay, 0.0))
                 continue
             _step_var.reset(token)
             self._maybe_crash(key, "after")
@@ -321,7 +332,7 @@ class Activation:
     async def _failed(
         self, key: str, pos: int, exc: Exception, attempts: int, policy: RetryPolicy | None
     ) -> float | None:
-        """Record a failed attempt; the backoff delay if it will be retried, else None."""
+        """Record a failed attempt; when the next attempt is due if it will be retried."""
         if isinstance(exc, (LeaseLost, NonDeterminismError)) and exc is self.fatal:
             return None  # not the step's failure: the activation is over
         error = encode_exception(exc)
@@ -346,7 +357,7 @@ class Activation:
             "run %s: step %s failed (attempt %d: %s); retrying in %.3fs",
             self.run_id, key, attempts, type(exc).__name__, delay,
         )  # fmt: skip
-        return delay
+        return due
 
     # -- waits, sleeps, values -------------------------------------------------
 

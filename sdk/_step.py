@@ -77,8 +77,8 @@ def step(
             act = _run_var.get()
             if act is None or _step_var.get() is not None:
                 return wrapped(*args, **kwargs)
-            spec.fn = wrapped
-            return act.step_call(spec, args, kwargs)
+            # `wrapped` is bound for a method step: it travels with this call.
+            return act.step_call(spec, wrapped, args, kwargs)
 
         decorated: Any = wrapper(fn)
         decorated.__steadyflow_step__ = spec

@@ -644,3 +644,29 @@ async def test_gather_with_a_wait_records_its_steps_before_the_run_parks() -> No
 def test_current_step_outside_a_step_raises_not_in_run_error() -> None:
     with pytest.raises(NotInRunError, match="FlowTestEnv"):
         current_step()
+
+
+# -- steps that are methods --------------------------------------------------------
+
+
+class Account:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    @step(name="tests.steps.Account.label")
+    async def label(self, suffix: str) -> str:
+        await asyncio.sleep(0)  # let the other call interleave
+        return f"{self.name}{suffix}"
+
+
+@flow(name="tests.steps.method_steps")
+async def method_steps() -> list[str]:
+    a, b = Account("a"), Account("b")
+    return list(await asyncio.gather(a.label("!"), b.label("?"), a.label(".")))
+
+
+async def test_concurrent_method_steps_run_on_their_own_instances() -> None:
+    async with FlowTestEnv() as env:
+        handle = await env.start(method_steps)
+        await env.run_until_idle()
+        assert await handle.result() == ["a!", "b?", "a."]
