@@ -23,23 +23,41 @@ from sdk._primitives import now, sleep, sleep_until, uuid4, wait_for
 from sdk._registry import flow
 from sdk._retry import RetryPolicy
 from sdk._step import step
-from sdk._types import Decision, ErrorInfo, Reason, RunRecord, RunStatus
+from sdk._types import (
+    Checkpoint,
+    CheckpointKind,
+    Decision,
+    ErrorInfo,
+    Event,
+    EventType,
+    Reason,
+    RunOptions,
+    RunRecord,
+    RunStatus,
+    Versions,
+)
 from sdk._worker import Worker
 
 __all__ = [
     "Authorizer",
+    "Checkpoint",
+    "CheckpointKind",
     "Client",
     "Clock",
     "Decision",
     "ErrorInfo",
+    "Event",
+    "EventType",
     "Reason",
     "RetryPolicy",
     "RunContext",
     "RunHandle",
+    "RunOptions",
     "RunRecord",
     "RunStatus",
     "StepContext",
     "SystemClock",
+    "Versions",
     "Worker",
     "current_run",
     "current_step",

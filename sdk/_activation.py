@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine
@@ -23,7 +24,7 @@ import attrs
 
 from sdk._clock import Clock
 from sdk._context import RunContext, StepContext, _run_var, _step_var
-from sdk._journal import Journal, Kind, Record, State
+from sdk._journal import Journal, Kind, Record, State, StepEvent
 from sdk._retry import RetryPolicy
 from sdk._serde import (
     converter,
@@ -232,16 +233,43 @@ class Activation:
         self.suspending = True
         return _Crash(_TOKEN, key)
 
-    async def _write(self, rec: Record) -> None:
+    async def _guarded(self, key: str, call: Awaitable[None]) -> None:
+        """Run a fenced store write: a lost lease or a store error ends the activation."""
         if self.crashed:
-            raise _Crash(_TOKEN, rec.key)
+            if inspect.iscoroutine(call):
+                call.close()
+            raise _Crash(_TOKEN, key)
         try:
-            await self.store.record(self.run_id, self.fence, rec.key, rec.to_json())
+            await call
         except LeaseLost as exc:
             raise self._lost(exc) from None
         except Exception as exc:
-            raise self._store_failed(exc, rec.key) from exc
+            raise self._store_failed(exc, key) from exc
+
+    async def _write(self, rec: Record) -> None:
+        event = self._announce(rec)
+        await self._guarded(
+            rec.key,
+            self.store.record(
+                self.run_id, self.fence, rec.key, rec.to_json(), now=self.clock.time(), event=event
+            ),
+        )
         self.journal.put(rec)
+
+    def _announce(self, rec: Record) -> StepEvent | None:
+        """The event (and checkpoint) a journal write makes, written in the same script."""
+        if rec.kind is not Kind.STEP:
+            return None
+        if rec.state is State.OK:
+            return StepEvent("step.completed", "", "step_completed")
+        err = rec.error or {}
+        if rec.state is State.FAILED:
+            data = {"type": err.get("type"), "message": err.get("message"), "reason": rec.reason}
+            return StepEvent("step.failed", dumps(data))
+        optional = "retry_scheduled" if self.flow.optional_checkpoints else ""
+        data = {"attempt": rec.attempts, "due": rec.due, "type": err.get("type"),
+                "message": err.get("message")}  # fmt: skip
+        return StepEvent("step.retry_scheduled", dumps(data), optional)
 
     # -- steps --------------------------------------------------------------------
 
@@ -292,6 +320,10 @@ class Activation:
             if self.suspending:
                 raise self._suspend()
             self._maybe_crash(key, "before")
+            if self.flow.optional_checkpoints:
+                await self._guarded(
+                    key, self.store.mark(self.run_id, self.fence, key, self.clock.time())
+                )
             token = _step_var.set(
                 StepContext(self.run_id, key, attempts + 1, f"{self.run_id}:{key}")
             )
@@ -577,9 +609,10 @@ class Activation:
         )
 
     async def _finish_failed(self, error: ErrorInfo) -> None:
+        text = dumps(converter.unstructure(error))
         await self.store.finish(
             self.run_id, self.fence, RunStatus.FAILED, self.clock.time(),
-            {"error": dumps(converter.unstructure(error)), "reason": error.reason or ""},
+            {"error": text, "reason": error.reason or ""}, event_data=text,
         )  # fmt: skip
 
     async def _park(self) -> None:

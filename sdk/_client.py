@@ -6,13 +6,23 @@ import asyncio
 import hashlib
 import json
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sdk._clock import Clock, SystemClock
 from sdk._registry import FlowDef, flow_def_of, registered_flows
 from sdk._serde import converter, decode_value, dumps, encode_value, loads
-from sdk._types import Decision, Reason, RunRecord, RunStatus
+from sdk._types import (
+    Checkpoint,
+    CheckpointKind,
+    Decision,
+    Event,
+    Reason,
+    RunOptions,
+    RunRecord,
+    RunStatus,
+)
 from sdk.errors import (
     Forbidden,
     RunCanceled,
@@ -22,7 +32,7 @@ from sdk.errors import (
 )
 
 if TYPE_CHECKING:
-    from stores._protocol import Store, StoredRun
+    from stores._protocol import RawEvent, Store, StoredRun
 
 __all__ = ["Authorizer", "Client", "RunHandle"]
 
@@ -122,6 +132,7 @@ class Client:
         priority: int = 0,
         queue: str | None = None,
         tenant_id: str | None = None,
+        options: RunOptions | None = None,
         **kwargs: Any,
     ) -> RunHandle:
         """Start a run of `flow` (a `@flow` function or a registered flow name).
@@ -134,8 +145,12 @@ class Client:
             run_id: your id for the run (default: a random UUID).
             priority: lower runs first (-4095..4095); FIFO within a priority.
             queue: default the flow's queue.
-            tenant_id: recorded on the run.
+            tenant_id: recorded on the run (and on each of its events).
+            options: `RunOptions`: thread, trace id, environment, versions, policy
+                snapshot, recorded on the run.
         """
+        if options is not None and not isinstance(options, RunOptions):
+            raise TypeError(f"options must be a RunOptions, got {options!r}")
         fd = self._flow_def(flow)
         name = fd.name if isinstance(fd, FlowDef) else fd
         run_id = _check_id(run_id if run_id is not None else str(uuid.uuid4()), "run_id")
@@ -172,9 +187,10 @@ class Client:
         digest = hashlib.sha256(f"{name}\n{canonical}".encode()).hexdigest()
         await self.store.create_run(
             NewRun(
-                run_id, name, version, args_json, digest, q, priority, tenant_id, self.clock.time()
+                run_id, name, version, args_json, digest, q, priority, tenant_id,
+                self.clock.time(), options or RunOptions(),
             )
-        )
+        )  # fmt: skip
         return RunHandle(self, run_id)
 
     @staticmethod
@@ -267,14 +283,21 @@ class Client:
         _check_id(name, "signal name")
         await self._authorize(actor, "signal", run_id)
         data, _ = encode_value(payload, None, f"payload of signal {name!r}")
-        return await self._deliver(run_id, "s:" + name, dumps(data), dedup_id)
+        event = {"name": name, "dedup_id": dedup_id, "actor": actor}
+        return await self._deliver(run_id, "s:" + name, dumps(data), dedup_id, event)
 
-    async def _deliver(self, run_id: str, mailbox: str, payload: str, dedup_id: str | None) -> bool:
+    async def _deliver(
+        self, run_id: str, mailbox: str, payload: str, dedup_id: str | None, event: dict[str, Any]
+    ) -> bool:
+        now, data = self.clock.time(), dumps(event)
         if dedup_id is not None:
-            return await self.store.signal(run_id, mailbox, payload, dedup_id)
+            return await self.store.signal(
+                run_id, mailbox, payload, dedup_id, now=now, event_data=data
+            )
         # A connection retry can run the signal script twice; an id of our own
         # makes the second run a no-op. "Already seen" then means delivered.
-        await self.store.signal(run_id, mailbox, payload, f"~{uuid.uuid4().hex}")
+        auto = f"~{uuid.uuid4().hex}"
+        await self.store.signal(run_id, mailbox, payload, auto, now=now, event_data=data)
         return True
 
     async def approve(
@@ -297,7 +320,8 @@ class Client:
         await self._authorize(actor, action, run_id)
         data, _ = encode_value(payload, None, f"payload of {action} {name!r}")
         decision = converter.unstructure(Decision(approved, actor, reason, data))
-        return await self._deliver(run_id, "h:" + name, dumps(decision), None)
+        event = {"name": name, "decision": action, "actor": actor, "reason": reason}
+        return await self._deliver(run_id, "h:" + name, dumps(decision), None, event)
 
     async def cancel(self, run_id: str, *, reason: str, actor: str | None = None) -> None:
         """Cancel a run that has not ended. A terminal run raises `InvalidTransition`.
@@ -305,7 +329,9 @@ class Client:
         A step already executing finishes, but its result is not recorded.
         """
         await self._authorize(actor, "cancel", run_id)
-        await self.store.cancel(run_id, reason, self.clock.time())
+        await self.store.cancel(
+            run_id, reason, self.clock.time(), event_data=dumps({"reason": reason, "actor": actor})
+        )
 
     async def resume(self, run_id: str, *, actor: str | None = None) -> RunHandle:
         """Continue a failed, canceled or waiting run.
@@ -325,5 +351,77 @@ class Client:
             and err.reason != Reason.NON_DETERMINISM.value
         ):
             discard = err.step_key
-        await self.store.resume(run_id, discard)
+        await self.store.resume(
+            run_id, discard, now=self.clock.time(),
+            event_data=dumps({"actor": actor, "from": stored.record.status.value}),
+        )  # fmt: skip
         return RunHandle(self, run_id)
+
+    # -- the event log and checkpoints -------------------------------------------------
+
+    async def events(
+        self, run_id: str, *, cursor: str | None = None, limit: int = 100
+    ) -> list[Event]:
+        """A page of the run's event log, oldest first.
+
+        Pass the last `Event.event_id` as `cursor` for the next page; every
+        event comes exactly once across pages. Raises `RunNotFound`.
+        """
+        if limit < 1:
+            raise ValueError(f"limit must be >= 1, got {limit}")
+        stored = await self._stored(run_id)
+        raw = await self.store.events(run_id, cursor, limit)
+        rec = stored.record
+        return [_event(r, rec.trace_id, rec.tenant_id) for r in raw]
+
+    async def checkpoints(self, run_id: str) -> list[Checkpoint]:
+        """The run's checkpoints, oldest first. Raises `RunNotFound`."""
+        await self._stored(run_id)
+        return [
+            Checkpoint(
+                checkpoint_id=c["id"],
+                run_id=run_id,
+                kind=CheckpointKind(c["kind"]),
+                step_key=c["step"] or None,
+                status=RunStatus(c["status"]),
+                created_at=datetime.fromtimestamp(float(c["at"]), UTC),
+            )
+            for c in await self.store.checkpoints(run_id)
+        ]
+
+    async def follow(self, *, poll_timeout: float = 5.0) -> AsyncIterator[Event]:
+        """Every run's events as they happen (from now on), for dashboards and tools.
+
+        An endless async iterator; break out of it (or cancel the task) to stop.
+        The feed keeps about `feed_length` recent events per partition: a
+        follower that falls further behind misses the oldest.
+
+        Example::
+
+            async for event in client.follow():
+                print(event.run_id, event.type)
+        """
+        cursors: dict[int, str] = {}
+        while True:
+            raw, cursors = await self.store.follow(cursors, poll_timeout, 100)
+            for r in raw:
+                yield _event(
+                    r, r.fields.pop("trace", None) or r.run_id, r.fields.pop("tenant", None) or None
+                )
+
+
+def _event(raw: RawEvent, trace_id: str | None, tenant_id: str | None) -> Event:
+    f = raw.fields
+    data = f.get("data")
+    step = f.get("step") or None
+    return Event(
+        event_id=raw.event_id,
+        run_id=raw.run_id,
+        type=f["type"],
+        at=datetime.fromtimestamp(float(f["at"]), UTC),
+        step_key=step,
+        data=loads(data) if data else None,
+        correlation={
+            "run_id": raw.run_id, "trace_id": trace_id, "tenant_id": tenant_id, "step_key": step,
+        },
+    )  # fmt: skip

@@ -15,7 +15,7 @@ from cattrs.gen import make_dict_unstructure_fn, override
 
 from sdk._serde import FORMAT_VERSION, converter, dumps, loads
 
-__all__ = ["Journal", "Kind", "Record", "State"]
+__all__ = ["Journal", "Kind", "Record", "State", "StepEvent"]
 
 
 class Kind(enum.StrEnum):
@@ -94,6 +94,16 @@ converter.register_unstructure_hook(
 
 
 _FIELDS = frozenset(a.name for a in attrs.fields(Record))
+
+
+@attrs.frozen
+class StepEvent:
+    """What a journal write announces, in the same script: an event (type and
+    JSON data) and, when `checkpoint` names a kind, a checkpoint."""
+
+    type: str
+    data: str = ""
+    checkpoint: str = ""
 
 
 class Journal:

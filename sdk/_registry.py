@@ -20,7 +20,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 #: Keyword names `Client.start` takes for itself; a flow parameter may not use them.
-RESERVED_OPTIONS = frozenset({"run_id", "priority", "queue", "tenant_id"})
+RESERVED_OPTIONS = frozenset({"run_id", "priority", "queue", "tenant_id", "options"})
 
 _REGISTRY: dict[str, FlowDef] = {}
 
@@ -35,6 +35,7 @@ class FlowDef:
     retry: RetryPolicy | None
     queue: str
     signature: inspect.Signature
+    optional_checkpoints: bool = False
     _hints: dict[str, Any] | None = None
     _rtype: Any = attrs.field(default=None)
     _rtype_done: bool = False
@@ -168,6 +169,7 @@ def flow(
     version: str | None = None,
     retry: RetryPolicy | None = None,
     queue: str = "default",
+    optional_checkpoints: bool = False,
 ) -> Callable[[Callable[P, Coroutine[Any, Any, R]]], Callable[P, Coroutine[Any, Any, R]]]: ...
 
 
@@ -179,6 +181,7 @@ def flow(
     version: str | None = None,
     retry: RetryPolicy | None = None,
     queue: str = "default",
+    optional_checkpoints: bool = False,
 ) -> Any:
     """Declare a durable flow: an ``async def`` whose steps and waits are journaled.
 
@@ -187,6 +190,8 @@ def flow(
         version: recorded on every run.
         retry: default `RetryPolicy` for the flow's steps (none: run once).
         queue: the queue its runs go to unless `Client.start` says otherwise.
+        optional_checkpoints: also checkpoint (and log) when each step starts and
+            when a retry is scheduled; costs one round trip per step.
 
     Example::
 
@@ -211,7 +216,7 @@ def flow(
                 f"flow {fname!r}: parameter name(s) {sorted(clash)} are reserved for "
                 "Client.start options; rename them"
             )
-        fd = FlowDef(fname, fn, version, retry, queue, sig)
+        fd = FlowDef(fname, fn, version, retry, queue, sig, optional_checkpoints)
 
         @wrapt.decorator
         def passthrough(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:

@@ -8,7 +8,23 @@ from typing import Any
 
 import attrs
 
-__all__ = ["Decision", "ErrorInfo", "Reason", "RunRecord", "RunStatus"]
+__all__ = [
+    "Checkpoint",
+    "CheckpointKind",
+    "Decision",
+    "ErrorInfo",
+    "Event",
+    "EventType",
+    "Reason",
+    "RunOptions",
+    "RunRecord",
+    "RunStatus",
+    "Versions",
+]
+
+#: Current format version of run records (1: the first release; 2 adds lineage,
+#: tracing, environment and checkpoint fields). Older records are upgraded on read.
+RUN_FORMAT_VERSION = 2
 
 
 class RunStatus(enum.StrEnum):
@@ -67,6 +83,125 @@ class Reason(enum.StrEnum):
         return self.value
 
 
+class CheckpointKind(enum.StrEnum):
+    """Where a checkpoint was taken; equal to its string value."""
+
+    RUN_STARTED = "run_started"
+    STEP_COMPLETED = "step_completed"
+    WAITING_FOR_HUMAN = "waiting_for_human"
+    WAITING_FOR_SIGNAL = "waiting_for_signal"
+    RUN_FINISHED = "run_finished"
+    STEP_STARTED = "step_started"
+    """Optional: `@flow(optional_checkpoints=True)` (a round trip per step)."""
+    RETRY_SCHEDULED = "retry_scheduled"
+    """Optional: `@flow(optional_checkpoints=True)`."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class EventType(enum.StrEnum):
+    """Event types of the run event log; equal to their string values."""
+
+    RUN_CREATED = "run.created"
+    RUN_STARTED = "run.started"
+    STEP_STARTED = "step.started"
+    STEP_COMPLETED = "step.completed"
+    STEP_FAILED = "step.failed"
+    STEP_RETRY_SCHEDULED = "step.retry_scheduled"
+    RUN_WAITING_FOR_SIGNAL = "run.waiting_for_signal"
+    RUN_WAITING_FOR_HUMAN = "run.waiting_for_human"
+    SIGNAL_RECEIVED = "signal.received"
+    WAIT_COMPLETED = "wait.completed"
+    WAIT_TIMED_OUT = "wait.timed_out"
+    RUN_LEASE_EXPIRED = "run.lease_expired"
+    RUN_RESUMED = "run.resumed"
+    RUN_COMPLETED = "run.completed"
+    RUN_FAILED = "run.failed"
+    RUN_CANCELED = "run.canceled"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@attrs.frozen
+class Versions:
+    """What a run was started against (recorded, not interpreted).
+
+    Attributes:
+        capabilities: capability names the run may use.
+        bindings: name -> version or id of what the run is bound to (models, tools...).
+        registry_ref: a reference into your own registry of deployments.
+    """
+
+    capabilities: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    bindings: dict[str, str] = attrs.field(factory=dict)
+    registry_ref: str | None = None
+
+
+@attrs.frozen
+class RunOptions:
+    """Caller-settable fields of a run, for `Client.start(..., options=RunOptions(...))`.
+
+    Attributes:
+        thread_id: groups runs of one conversation or case.
+        trace_id: correlation id carried by every event (default: the run id).
+        environment: e.g. ``"production"``.
+        versions: `Versions` the run is started against.
+        policy_snapshot_id: the policy in force when the run started.
+    """
+
+    thread_id: str | None = None
+    trace_id: str | None = None
+    environment: str | None = None
+    versions: Versions = attrs.field(factory=Versions)
+    policy_snapshot_id: str | None = None
+
+
+@attrs.frozen
+class Checkpoint:
+    """A point in a run it can be resumed, replayed or forked from.
+
+    Attributes:
+        checkpoint_id: unique within the run ("1", "2", ... in order).
+        run_id: the run.
+        kind: a `CheckpointKind`.
+        step_key: the step it follows, for step checkpoints.
+        status: the run's status at the checkpoint.
+        created_at: from the injected clock.
+    """
+
+    checkpoint_id: str
+    run_id: str
+    kind: CheckpointKind
+    step_key: str | None
+    status: RunStatus
+    created_at: datetime
+
+
+@attrs.frozen
+class Event:
+    """One entry of a run's event log.
+
+    Attributes:
+        event_id: stable cursor (pass the last one as `cursor` for the next page).
+        run_id: the run.
+        type: an `EventType` (or a newer type's string).
+        at: when, from the injected clock.
+        step_key: the step it concerns, if any.
+        data: JSON details (actor, reason, error...), or None.
+        correlation: ``run_id``, ``trace_id``, ``tenant_id`` and ``step_key``.
+    """
+
+    event_id: str
+    run_id: str
+    type: str
+    at: datetime
+    step_key: str | None
+    data: Any
+    correlation: dict[str, str | None]
+
+
 @attrs.frozen
 class ErrorInfo:
     """What went wrong, as recorded.
@@ -108,6 +243,11 @@ class RunRecord:
     `result` is the flow's return value rebuilt into its annotated type when the
     flow is registered in this process, else its JSON form. `reason` is the
     `Reason` code of a failure, or the text given to `Client.cancel`.
+
+    Format 2 adds `thread_id`, `trace_id` (default: the run id), `environment`,
+    `versions`, `policy_snapshot_id`, `checkpoint_head`,
+    `resume_from_checkpoint_id` and the lineage fields `source_run_id` /
+    `source_checkpoint_id`; a format-1 record reads with their defaults.
     """
 
     run_id: str
@@ -125,4 +265,13 @@ class RunRecord:
     error: ErrorInfo | None = None
     reason: str | None = None
     recoveries: int = 0
-    format_version: int = 1
+    thread_id: str | None = None
+    trace_id: str | None = None
+    environment: str | None = None
+    versions: Versions = attrs.field(factory=Versions)
+    policy_snapshot_id: str | None = None
+    checkpoint_head: str | None = None
+    resume_from_checkpoint_id: str | None = None
+    source_run_id: str | None = None
+    source_checkpoint_id: str | None = None
+    format_version: int = RUN_FORMAT_VERSION

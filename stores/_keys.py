@@ -22,6 +22,10 @@ SUFFIX = {
     "mailboxes": "mbn:",  # SET   mailbox names that exist (+ run id)
     "dedup": "dd:",  # SET   dedup ids seen (+ run id)
     "waits": "w:",  # SET   mailboxes a waiting run waits on (+ run id)
+    "events": "ev:",  # STREAM the run's event log, capped (+ run id)
+    "checkpoints": "cp:",  # STREAM the run's checkpoints (+ run id)
+    "jseq": "js:",  # HASH  step key -> journal write sequence of its record (+ run id)
+    "feed": "feed",  # STREAM every run's events, capped: for live followers
     "done": "done:",  # LIST  the final status once finished, for waiters (+ run id)
     "queue": "q:",  # ZSET  ready runs, score = priority * 2^40 + seq (+ queue)
     "wake": "wake:",  # LIST  wake-up tokens (+ queue, or "*" for any queue)
@@ -63,6 +67,15 @@ class Keys:
 
     def journal(self, run_id: str) -> str:
         return self.base_of(run_id) + SUFFIX["journal"] + run_id
+
+    def events(self, run_id: str) -> str:
+        return self.base_of(run_id) + SUFFIX["events"] + run_id
+
+    def checkpoints(self, run_id: str) -> str:
+        return self.base_of(run_id) + SUFFIX["checkpoints"] + run_id
+
+    def feed(self, partition: int) -> str:
+        return self.base(partition) + SUFFIX["feed"]
 
     def done(self, run_id: str) -> str:
         return self.base_of(run_id) + SUFFIX["done"] + run_id

@@ -12,9 +12,19 @@ from typing import Any, Protocol
 
 import attrs
 
-from sdk._types import RunRecord, RunStatus
+from sdk._journal import StepEvent
+from sdk._types import RunOptions, RunRecord, RunStatus
 
-__all__ = ["Claim", "NewRun", "StartOutcome", "Store", "StoredRun", "TickResult"]
+__all__ = [
+    "Claim",
+    "NewRun",
+    "RawEvent",
+    "StartOutcome",
+    "StepEvent",
+    "Store",
+    "StoredRun",
+    "TickResult",
+]
 
 
 @attrs.frozen
@@ -30,6 +40,18 @@ class NewRun:
     priority: int
     tenant_id: str | None
     created_at: float
+    options: RunOptions = attrs.field(factory=RunOptions)
+    source_run_id: str | None = None
+    source_checkpoint_id: str | None = None
+
+
+@attrs.frozen
+class RawEvent:
+    """An event as stored: stream id and fields (type, at, step, data)."""
+
+    event_id: str
+    run_id: str
+    fields: dict[str, str]
 
 
 @attrs.frozen
@@ -119,7 +141,22 @@ class Store(Protocol):
         """`tick` then `claim`, in one round trip per partition (a worker's loop)."""
         ...
 
-    async def record(self, run_id: str, fence: int, key: str, record: str) -> None: ...
+    async def record(
+        self,
+        run_id: str,
+        fence: int,
+        key: str,
+        record: str,
+        *,
+        now: float = 0.0,
+        event: StepEvent | None = None,
+    ) -> None:
+        """One fenced journal write, with its event and checkpoint: one round trip."""
+        ...
+
+    async def mark(self, run_id: str, fence: int, key: str, now: float) -> None:
+        """The optional `step.started` event and checkpoint (one round trip)."""
+        ...
 
     async def consume(
         self,
@@ -155,6 +192,8 @@ class Store(Protocol):
         status: RunStatus,
         now: float,
         fields: dict[str, str],
+        *,
+        event_data: str = "",
     ) -> None: ...
 
     async def release(self, run_id: str, fence: int) -> None: ...
@@ -170,12 +209,38 @@ class Store(Protocol):
         ...
 
     async def signal(
-        self, run_id: str, mailbox: str, payload: str, dedup_id: str | None
+        self,
+        run_id: str,
+        mailbox: str,
+        payload: str,
+        dedup_id: str | None,
+        *,
+        now: float = 0.0,
+        event_data: str = "",
     ) -> bool: ...
 
-    async def cancel(self, run_id: str, reason: str, now: float) -> None: ...
+    async def cancel(
+        self, run_id: str, reason: str, now: float, *, event_data: str = ""
+    ) -> None: ...
 
-    async def resume(self, run_id: str, discard_key: str | None) -> None: ...
+    async def resume(
+        self, run_id: str, discard_key: str | None, *, now: float = 0.0, event_data: str = ""
+    ) -> None: ...
+
+    async def events(self, run_id: str, cursor: str | None, limit: int) -> list[RawEvent]:
+        """A page of a run's events after `cursor` (exclusive), oldest first."""
+        ...
+
+    async def checkpoints(self, run_id: str) -> list[dict[str, str]]:
+        """A run's checkpoints, oldest first (fields: id, kind, step, status, at, seq)."""
+        ...
+
+    async def follow(
+        self, cursors: dict[int, str], timeout: float, count: int
+    ) -> tuple[list[RawEvent], dict[int, str]]:
+        """Events of every run after `cursors` (partition -> feed id; "$" for "from now"),
+        blocking up to `timeout`; returns them and the advanced cursors."""
+        ...
 
     async def wait_ready(self, queues: Sequence[str] | None, timeout: float) -> bool:
         """Block until a run may be ready on these queues (or timeout)."""

@@ -19,7 +19,7 @@ from sdk._lifecycle import TRANSITIONS
 from sdk._types import RunStatus
 from stores._keys import SUFFIX
 
-__all__ = ["SCRIPTS"]
+__all__ = ["build_scripts"]
 
 
 def _lua_table() -> str:
@@ -36,9 +36,11 @@ def _lua_table() -> str:
     )
 
 
-PRELUDE = (
+_PRELUDE = (
     "local P = ARGV[1]\n"
     "local unpack = unpack or table.unpack\n"
+    "local EVENTS_MAX = @EVENTS_MAX@\n"
+    "local FEED_MAX = @FEED_MAX@\n"
     + _lua_table()
     + r"""
 local function rk(id) return P .. K.run .. id end
@@ -101,6 +103,38 @@ end
 
 -- A one-element list: waiters read it without taking it (BRPOPLPUSH onto
 -- itself), so every waiter wakes; 160 bytes where a stream took 4.7 KB.
+-- Append an event to the run's log and to the partition's feed (both capped).
+-- Fields, not JSON: `data` is JSON made by the client and passed through.
+local function emit(id, etype, at, step, data)
+  local f = {'type', etype, 'at', at}
+  if step and step ~= '' then f[#f + 1] = 'step'; f[#f + 1] = step end
+  if data and data ~= '' then f[#f + 1] = 'data'; f[#f + 1] = data end
+  local eid = redis.call('XADD', P .. K.events .. id, 'MAXLEN', '~', EVENTS_MAX, '*', unpack(f))
+  local key = rk(id)
+  redis.call('XADD', P .. K.feed, 'MAXLEN', '~', FEED_MAX, '*', 'run', id, 'eid', eid,
+             'trace', redis.call('HGET', key, 'trace_id') or '',
+             'tenant', redis.call('HGET', key, 'tenant_id') or '', unpack(f))
+  return eid
+end
+
+-- Take a checkpoint: it covers the journal writes made so far (seq).
+local function checkpoint(id, kind, step, status, at)
+  local key = rk(id)
+  local n = redis.call('HINCRBY', key, 'cp_n', 1)
+  redis.call('XADD', P .. K.checkpoints .. id, '*', 'id', n, 'kind', kind, 'step', step or '',
+             'status', status, 'at', at, 'seq', redis.call('HGET', key, 'jseq') or '0')
+  redis.call('HSET', key, 'checkpoint_head', n)
+  return n
+end
+
+-- A journal write: the record, its write sequence, and the run's progress.
+local function journaled(id, jkey, step, record)
+  local key = rk(id)
+  redis.call('HSET', jkey, step, record)
+  redis.call('HSET', P .. K.jseq .. id, step, redis.call('HINCRBY', key, 'jseq', 1))
+  redis.call('HSET', key, 'current_step', step, 'recoveries', '0')
+end
+
 local function finished(id, status)
   redis.call('DEL', P .. K.done .. id)
   redis.call('RPUSH', P .. K.done .. id, status)
@@ -138,9 +172,12 @@ local function maintain(now, limit, max_recoveries, recovery_error)
         redis.call('HSET', key, 'finished_at', now, 'error', recovery_error,
                    'reason', 'max_recoveries_exceeded')
         unqueue(id)
+        emit(id, 'run.failed', now, '', recovery_error)
+        checkpoint(id, 'run_finished', '', 'failed', now)
         finished(id, 'failed')
       else
         move(id, 'replaying')
+        emit(id, 'run.lease_expired', now, '', '')
         enqueue(id)
       end
       recovered = recovered + 1
@@ -186,7 +223,11 @@ local function take(owner, now, expiry, limit, queues, every, served)
     -- anything else is a stale entry (e.g. canceled meanwhile): drop it
     if st == 'pending' or st == 'running' or st == 'replaying' then
       if st ~= 'running' then move(best, 'running') end
-      if st == 'pending' then redis.call('HSET', key, 'started_at', now) end
+      if st == 'pending' then
+        redis.call('HSET', key, 'started_at', now)
+        emit(best, 'run.started', now, '', '')
+        checkpoint(best, 'run_started', '', 'running', now)
+      end
       redis.call('HINCRBY', key, 'fence', 1)
       redis.call('HSET', key, 'lease_owner', owner, 'lease_exp', expiry)
       redis.call('ZADD', P .. K.leases, expiry, best)
@@ -229,7 +270,7 @@ end
 """
 )
 
-# KEYS: run. ARGV: P, id, args_hash, field, value, ...
+# KEYS: run. ARGV: P, id, args_hash, event data, field, value, ...
 _START = r"""
 local key, id = KEYS[1], ARGV[2]
 if redis.call('EXISTS', key) == 1 then
@@ -237,10 +278,12 @@ if redis.call('EXISTS', key) == 1 then
   return {same and 0 or -1, redis.call('HGET', key, 'status')}
 end
 local fields = {'args_hash', ARGV[3]}
-for i = 4, #ARGV do fields[#fields + 1] = ARGV[i] end
+for i = 5, #ARGV do fields[#fields + 1] = ARGV[i] end
 redis.call('HSET', key, unpack(fields))
 move(id, 'pending')
-redis.call('ZADD', P .. K.runs, redis.call('HGET', key, 'created_at'), id)
+local created = redis.call('HGET', key, 'created_at')
+redis.call('ZADD', P .. K.runs, created, id)
+emit(id, 'run.created', created, '', ARGV[4])
 enqueue(id)
 return {1, 'pending'}
 """
@@ -268,11 +311,14 @@ return {{f, r, nt, nl},
         take(ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]), queues, every, served)}
 """
 
-# KEYS: run, journal. ARGV: P, id, fence, step key, record
+# KEYS: run, journal. ARGV: P, id, fence, step key, record, now,
+#       event type|'', event data|'', checkpoint kind|''
 _RECORD = r"""
-if not fenced(ARGV[2], ARGV[3]) then return 0 end
-redis.call('HSET', KEYS[2], ARGV[4], ARGV[5])
-redis.call('HSET', KEYS[1], 'current_step', ARGV[4], 'recoveries', '0')
+local id = ARGV[2]
+if not fenced(id, ARGV[3]) then return 0 end
+journaled(id, KEYS[2], ARGV[4], ARGV[5])
+if ARGV[7] ~= '' then emit(id, ARGV[7], ARGV[6], ARGV[4], ARGV[8]) end
+if ARGV[9] ~= '' then checkpoint(id, ARGV[9], ARGV[4], 'running', ARGV[6]) end
 return 1
 """
 
@@ -292,13 +338,13 @@ if prev then
 end
 local v = redis.call('LPOP', mbk(id, ARGV[5]))
 if v then
-  redis.call('HSET', KEYS[2], ARGV[4], ARGV[8] .. v .. '}')
-  redis.call('HSET', KEYS[1], 'current_step', ARGV[4], 'recoveries', '0')
+  journaled(id, KEYS[2], ARGV[4], ARGV[8] .. v .. '}')
+  emit(id, 'wait.completed', ARGV[6], ARGV[4], '')
   return {1, v}
 end
 if ARGV[7] ~= '' and tonumber(ARGV[6]) >= tonumber(ARGV[7]) then
-  redis.call('HSET', KEYS[2], ARGV[4], ARGV[9])
-  redis.call('HSET', KEYS[1], 'current_step', ARGV[4], 'recoveries', '0')
+  journaled(id, KEYS[2], ARGV[4], ARGV[9])
+  emit(id, 'wait.timed_out', ARGV[6], ARGV[4], '')
   return {2}
 end
 return {0}
@@ -313,7 +359,7 @@ local id = ARGV[2]
 if not fenced(id, ARGV[3]) then return -1 end
 local i = 8
 for _ = 1, tonumber(ARGV[7]) do
-  redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
+  journaled(id, KEYS[2], ARGV[i], ARGV[i + 1])
   i = i + 2
 end
 local ready = ARGV[5] ~= '' and tonumber(ARGV[4]) >= tonumber(ARGV[5])
@@ -330,6 +376,8 @@ if ready then
   return 0
 end
 move(id, ARGV[6])
+emit(id, 'run.' .. ARGV[6], ARGV[4], '', '')
+checkpoint(id, ARGV[6], '', ARGV[6], ARGV[4])
 redis.call('DEL', P .. K.waits .. id)
 if #boxes > 0 then redis.call('SADD', P .. K.waits .. id, unpack(boxes)) end
 if ARGV[5] ~= '' then
@@ -340,18 +388,29 @@ end
 return 1
 """
 
-# KEYS: run. ARGV: P, id, fence, status, now, field, value, ...
+# KEYS: run. ARGV: P, id, fence, status, now, event data, field, value, ...
 _FINISH = r"""
 local id = ARGV[2]
 if not fenced(id, ARGV[3]) then return -1 end
 local e = move(id, ARGV[4])
 if e then return e end
 local fields = {'finished_at', ARGV[5]}
-for i = 6, #ARGV do fields[#fields + 1] = ARGV[i] end
+for i = 7, #ARGV do fields[#fields + 1] = ARGV[i] end
 redis.call('HSET', KEYS[1], unpack(fields))
 redis.call('HINCRBY', KEYS[1], 'fence', 1)
 unqueue(id)
+emit(id, 'run.' .. ARGV[4], ARGV[5], '', ARGV[6])
+checkpoint(id, 'run_finished', '', ARGV[4], ARGV[5])
 finished(id, ARGV[4])
+return 1
+"""
+
+# KEYS: run. ARGV: P, id, fence, step key, now. The optional step_started boundary.
+_MARK = r"""
+local id = ARGV[2]
+if not fenced(id, ARGV[3]) then return 0 end
+emit(id, 'step.started', ARGV[5], ARGV[4], '')
+checkpoint(id, 'step_started', ARGV[4], 'running', ARGV[5])
 return 1
 """
 
@@ -382,7 +441,7 @@ return lost
 """
 
 
-# KEYS: run. ARGV: P, id, mailbox, payload JSON, dedup id|''
+# KEYS: run. ARGV: P, id, mailbox, payload JSON, dedup id|'', now, event data
 _SIGNAL = r"""
 local id = ARGV[2]
 local st = redis.call('HGET', KEYS[1], 'status')
@@ -391,6 +450,7 @@ if TERMINAL[st] then return err('transition', st, 'running') end
 if ARGV[5] ~= '' and redis.call('SADD', P .. K.dedup .. id, ARGV[5]) == 0 then return {0} end
 redis.call('RPUSH', mbk(id, ARGV[3]), ARGV[4])
 redis.call('SADD', P .. K.mailboxes .. id, ARGV[3])
+emit(id, 'signal.received', ARGV[6], '', ARGV[7])
 if (st == 'waiting_for_signal' or st == 'waiting_for_human')
     and redis.call('SISMEMBER', P .. K.waits .. id, ARGV[3]) == 1 then
   wake_run(id)
@@ -398,7 +458,7 @@ end
 return {1}
 """
 
-# KEYS: run. ARGV: P, id, reason, now
+# KEYS: run. ARGV: P, id, reason, now, event data
 _CANCEL = r"""
 local id = ARGV[2]
 local st = redis.call('HGET', KEYS[1], 'status')
@@ -408,12 +468,17 @@ if e then return e end
 redis.call('HSET', KEYS[1], 'reason', ARGV[3], 'finished_at', ARGV[4])
 redis.call('HINCRBY', KEYS[1], 'fence', 1)
 unqueue(id)
+emit(id, 'run.canceled', ARGV[4], '', ARGV[5])
+checkpoint(id, 'run_finished', '', 'canceled', ARGV[4])
 finished(id, 'canceled')
 return {1}
 """
 
-# KEYS: run, journal. ARGV: P, id, step key whose failure record to discard|''
-# The explicit way out of failed/canceled (and a nudge for a waiting run).
+# KEYS: run, journal. ARGV: P, id, step key whose failure record to discard|'',
+#       now, event data
+# The explicit way out of failed/canceled (and a nudge for a waiting run). It
+# continues from the checkpoint head (waiting) or the newest checkpoint before
+# the run finished (failed, canceled): resume_from_checkpoint_id.
 _RESUME = r"""
 local id = ARGV[2]
 local st = redis.call('HGET', KEYS[1], 'status')
@@ -422,33 +487,44 @@ if not (st == 'failed' or st == 'canceled' or st == 'waiting_for_signal'
         or st == 'waiting_for_human') then
   return err('transition', st, 'running')
 end
-if ARGV[3] ~= '' then redis.call('HDEL', KEYS[2], ARGV[3]) end
+if ARGV[3] ~= '' then
+  redis.call('HDEL', KEYS[2], ARGV[3])
+  redis.call('HDEL', P .. K.jseq .. id, ARGV[3])
+end
+local head = tonumber(redis.call('HGET', KEYS[1], 'checkpoint_head') or '0')
+if TERMINAL[st] and head > 0 then head = head - 1 end
 redis.call('HDEL', KEYS[1], 'result', 'result_type', 'error', 'reason', 'finished_at')
-redis.call('HSET', KEYS[1], 'recoveries', '0')
+redis.call('HSET', KEYS[1], 'recoveries', '0', 'resume_from_checkpoint_id', head)
 redis.call('DEL', P .. K.done .. id)
 move(id, 'running', true)
+emit(id, 'run.resumed', ARGV[4], '', ARGV[5])
 redis.call('DEL', P .. K.waits .. id)
 redis.call('ZREM', P .. K.timers, id)
 enqueue(id)
 return {1}
 """
 
-#: name -> full Lua source (prelude + body)
-SCRIPTS: dict[str, str] = {
-    name: PRELUDE + body
-    for name, body in {
-        "start": _START,
-        "claim": _CLAIM,
-        "record": _RECORD,
-        "consume": _CONSUME,
-        "suspend": _SUSPEND,
-        "finish": _FINISH,
-        "release": _RELEASE,
-        "renew": _RENEW,
-        "tick": _TICK,
-        "poll": _POLL,
-        "signal": _SIGNAL,
-        "cancel": _CANCEL,
-        "resume": _RESUME,
-    }.items()
+_BODIES: dict[str, str] = {
+    "start": _START,
+    "claim": _CLAIM,
+    "tick": _TICK,
+    "poll": _POLL,
+    "record": _RECORD,
+    "mark": _MARK,
+    "consume": _CONSUME,
+    "suspend": _SUSPEND,
+    "finish": _FINISH,
+    "release": _RELEASE,
+    "renew": _RENEW,
+    "signal": _SIGNAL,
+    "cancel": _CANCEL,
+    "resume": _RESUME,
 }
+
+
+def build_scripts(*, events_max: int, feed_max: int) -> dict[str, str]:
+    """name -> full Lua source (prelude + body), with the store's event caps."""
+    prelude = _PRELUDE.replace("@EVENTS_MAX@", str(int(events_max))).replace(
+        "@FEED_MAX@", str(int(feed_max))
+    )
+    return {name: prelude + body for name, body in _BODIES.items()}

@@ -18,14 +18,24 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.commands.core import AsyncScript
 
-from sdk._serde import loads
-from sdk._types import ErrorInfo, RunRecord, RunStatus
+from sdk._serde import converter, dumps, loads
+from sdk._types import RUN_FORMAT_VERSION, ErrorInfo, RunRecord, RunStatus, Versions
 from sdk.errors import IdempotencyConflict, InvalidTransition, LeaseLost, RunNotFound
 from stores._keys import Keys
-from stores._protocol import Claim, NewRun, StartOutcome, StoredRun, TickResult
-from stores._scripts import SCRIPTS
+from stores._protocol import (
+    Claim,
+    NewRun,
+    RawEvent,
+    StartOutcome,
+    StepEvent,
+    StoredRun,
+    TickResult,
+)
+from stores._scripts import build_scripts
 
 __all__ = ["RedisStore"]
+
+_NO_EVENT = StepEvent("")
 
 
 def _ts(value: str | None) -> datetime | None:
@@ -38,8 +48,13 @@ def _num(value: float) -> str:
 
 
 def parse_run(run_id: str, h: dict[str, str]) -> StoredRun:
-    """Build a `StoredRun` from a run hash (as HGETALL returns it)."""
+    """Build a `StoredRun` from a run hash (as HGETALL returns it).
+
+    Upgrades on read: a format-1 hash (no tracing, lineage or checkpoint
+    fields) reads with their defaults, its trace id being its run id.
+    """
     err = h.get("error")
+    versions = h.get("versions")
     error = ErrorInfo(**loads(err)) if err else None
     raw_result = h.get("result")
     record = RunRecord(
@@ -58,6 +73,15 @@ def parse_run(run_id: str, h: dict[str, str]) -> StoredRun:
         error=error,
         reason=h.get("reason") or None,
         recoveries=int(h.get("recoveries", 0)),
+        thread_id=h.get("thread_id") or None,
+        trace_id=h.get("trace_id") or run_id,
+        environment=h.get("environment") or None,
+        versions=converter.structure(loads(versions), Versions) if versions else Versions(),
+        policy_snapshot_id=h.get("policy_snapshot_id") or None,
+        checkpoint_head=_nonzero(h.get("checkpoint_head")),
+        resume_from_checkpoint_id=_nonzero(h.get("resume_from_checkpoint_id")),
+        source_run_id=h.get("source_run_id") or None,
+        source_checkpoint_id=h.get("source_checkpoint_id") or None,
         format_version=int(h.get("v", 1)),
     )
     return StoredRun(
@@ -67,6 +91,10 @@ def parse_run(run_id: str, h: dict[str, str]) -> StoredRun:
         result_type=h.get("result_type") or None,
         raw_result=raw_result,
     )
+
+
+def _nonzero(value: str | None) -> str | None:
+    return value if value not in (None, "", "0") else None
 
 
 def _flat(pairs: list[str]) -> dict[str, str]:
@@ -96,6 +124,10 @@ class RedisStore:
         prefix: first part of every key; deployments sharing a Redis use different ones.
         partitions: how many hash-tag partitions runs spread over (1 unless on a
             Redis Cluster); every process of a deployment must use the same number.
+        max_events_per_run: a run's event log keeps about this many newest events
+            (trimmed in blocks of ~100; at least 100).
+        feed_length: the live feed of all runs' events keeps about this many per
+            partition.
         blocking_client: a client for blocking reads (BLPOP, XREAD BLOCK), which
             hold a connection for seconds; default `client`. `from_url` gives
             them a pool of their own.
@@ -112,12 +144,18 @@ class RedisStore:
         prefix: str = "sf",
         partitions: int = 1,
         blocking_client: aioredis.Redis | None = None,
+        max_events_per_run: int = 10_000,
+        feed_length: int = 100_000,
     ) -> None:
         self.client = client
         self.blocking_client = blocking_client or client
         self.keys = Keys(prefix, partitions)
+        if max_events_per_run < 100 or feed_length < 100:
+            raise ValueError("max_events_per_run and feed_length must be at least 100")
+        self.max_events_per_run = max_events_per_run
+        scripts = build_scripts(events_max=max_events_per_run, feed_max=feed_length)
         self._scripts: dict[str, AsyncScript] = {
-            name: client.register_script(src) for name, src in SCRIPTS.items()
+            name: client.register_script(src) for name, src in scripts.items()
         }
         self._label = "redis"
 
@@ -212,7 +250,7 @@ class RedisStore:
     async def create_run(self, new: NewRun) -> StartOutcome:
         k = self.keys
         fields: list[Any] = [
-            "v", "1",
+            "v", str(RUN_FORMAT_VERSION),
             "id", new.run_id,
             "flow", new.flow,
             "args", new.args,
@@ -221,15 +259,27 @@ class RedisStore:
             "created_at", _num(new.created_at),
             "fence", "0",
             "recoveries", "0",
+            "trace_id", new.options.trace_id or new.run_id,
         ]  # fmt: skip
-        if new.flow_version is not None:
-            fields += ["flow_version", new.flow_version]
-        if new.tenant_id is not None:
-            fields += ["tenant_id", new.tenant_id]
+        optional = {
+            "flow_version": new.flow_version,
+            "tenant_id": new.tenant_id,
+            "thread_id": new.options.thread_id,
+            "environment": new.options.environment,
+            "policy_snapshot_id": new.options.policy_snapshot_id,
+            "source_run_id": new.source_run_id,
+            "source_checkpoint_id": new.source_checkpoint_id,
+        }
+        for name, value in optional.items():
+            if value is not None:
+                fields += [name, value]
+        if new.options.versions != Versions():
+            fields += ["versions", dumps(converter.unstructure(new.options.versions))]
+        event = dumps({"flow": new.flow, "queue": new.queue, "priority": new.priority})
         code, status = await self._call(
             "start",
             [k.run(new.run_id)],
-            [k.base_of(new.run_id), new.run_id, new.args_hash, *fields],
+            [k.base_of(new.run_id), new.run_id, new.args_hash, event, *fields],
         )
         if code == -1:
             raise IdempotencyConflict(
@@ -325,15 +375,34 @@ class RedisStore:
             claims += _claims(taken)
         return claims, TickResult(fired, recovered, min(due) if due else None)
 
-    async def record(self, run_id: str, fence: int, key: str, record: str) -> None:
+    async def record(
+        self,
+        run_id: str,
+        fence: int,
+        key: str,
+        record: str,
+        *,
+        now: float = 0.0,
+        event: StepEvent | None = None,
+    ) -> None:
         k = self.keys
+        ev = event or _NO_EVENT
         ok = await self._call(
             "record",
             [k.run(run_id), k.journal(run_id)],
-            [k.base_of(run_id), run_id, str(fence), key, record],
-        )
+            [k.base_of(run_id), run_id, str(fence), key, record, _num(now),
+             ev.type, ev.data, ev.checkpoint],
+        )  # fmt: skip
         if ok != 1:
             raise LeaseLost(f"run {run_id!r}: lease lost; step {key!r} was not recorded")
+
+    async def mark(self, run_id: str, fence: int, key: str, now: float) -> None:
+        k = self.keys
+        ok = await self._call(
+            "mark", [k.run(run_id)], [k.base_of(run_id), run_id, str(fence), key, _num(now)]
+        )
+        if ok != 1:
+            raise LeaseLost(f"run {run_id!r}: lease lost before step {key!r} started")
 
     async def consume(
         self,
@@ -385,14 +454,21 @@ class RedisStore:
         return bool(reply == 1)
 
     async def finish(
-        self, run_id: str, fence: int, status: RunStatus, now: float, fields: dict[str, str]
+        self,
+        run_id: str,
+        fence: int,
+        status: RunStatus,
+        now: float,
+        fields: dict[str, str],
+        *,
+        event_data: str = "",
     ) -> None:
         k = self.keys
         flat = [x for pair in fields.items() for x in pair]
         reply = await self._call(
             "finish",
             [k.run(run_id)],
-            [k.base_of(run_id), run_id, str(fence), status.value, _num(now), *flat],
+            [k.base_of(run_id), run_id, str(fence), status.value, _num(now), event_data, *flat],
         )
         if reply == -1:
             raise LeaseLost(f"run {run_id!r}: lease lost; its {status.value} outcome was dropped")
@@ -431,31 +507,78 @@ class RedisStore:
 
     # -- client operations ---------------------------------------------------
 
-    async def signal(self, run_id: str, mailbox: str, payload: str, dedup_id: str | None) -> bool:
+    async def signal(
+        self,
+        run_id: str,
+        mailbox: str,
+        payload: str,
+        dedup_id: str | None,
+        *,
+        now: float = 0.0,
+        event_data: str = "",
+    ) -> bool:
         k = self.keys
         reply = await self._call(
             "signal",
             [k.run(run_id)],
-            [k.base_of(run_id), run_id, mailbox, payload, dedup_id or ""],
+            [k.base_of(run_id), run_id, mailbox, payload, dedup_id or "", _num(now), event_data],
         )
         self._raise(run_id, reply)
         return bool(reply[0] == 1)
 
-    async def cancel(self, run_id: str, reason: str, now: float) -> None:
+    async def cancel(self, run_id: str, reason: str, now: float, *, event_data: str = "") -> None:
         k = self.keys
         reply = await self._call(
-            "cancel", [k.run(run_id)], [k.base_of(run_id), run_id, reason, _num(now)]
+            "cancel",
+            [k.run(run_id)],
+            [k.base_of(run_id), run_id, reason, _num(now), event_data],
         )
         self._raise(run_id, reply)
 
-    async def resume(self, run_id: str, discard_key: str | None) -> None:
+    async def resume(
+        self, run_id: str, discard_key: str | None, *, now: float = 0.0, event_data: str = ""
+    ) -> None:
         k = self.keys
         reply = await self._call(
             "resume",
             [k.run(run_id), k.journal(run_id)],
-            [k.base_of(run_id), run_id, discard_key or ""],
+            [k.base_of(run_id), run_id, discard_key or "", _num(now), event_data],
         )
         self._raise(run_id, reply)
+
+    # -- event log and checkpoints ------------------------------------------------
+
+    async def events(self, run_id: str, cursor: str | None, limit: int) -> list[RawEvent]:
+        start = "-" if cursor is None else f"({cursor}"
+        entries: Any = await self.client.xrange(self.keys.events(run_id), start, "+", count=limit)
+        return [RawEvent(str(eid), run_id, fields) for eid, fields in entries]
+
+    async def checkpoints(self, run_id: str) -> list[dict[str, str]]:
+        entries: Any = await self.client.xrange(self.keys.checkpoints(run_id), "-", "+")
+        return [fields for _, fields in entries]
+
+    async def follow(
+        self, cursors: dict[int, str], timeout: float, count: int
+    ) -> tuple[list[RawEvent], dict[int, str]]:
+        cursors = dict(cursors)
+        streams: Any = {self.keys.feed(p): cursors.get(p, "$") for p in self._partitions()}
+        reply: Any = await self.blocking_client.xread(
+            streams, count=count, block=max(1, int(timeout * 1000))
+        )
+        out: list[RawEvent] = []
+        for stream, entries in reply or []:
+            p = next(q for q in self._partitions() if self.keys.feed(q) == stream)
+            for fid, fields in entries:
+                cursors[p] = str(fid)
+                out.append(RawEvent(fields.pop("eid"), fields.pop("run"), fields))
+        if not reply:
+            # "$" means "after the newest entry at call time": pin it, so an
+            # event landing between two calls is not skipped.
+            for p, cur in list(cursors.items()):
+                if cur == "$":
+                    last: Any = await self.client.xrevrange(self.keys.feed(p), count=1)
+                    cursors[p] = str(last[0][0]) if last else "0-0"
+        return out, cursors
 
     # -- blocking waits --------------------------------------------------------
 

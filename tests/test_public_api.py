@@ -12,8 +12,11 @@ DOCUMENTED_SDK = {
     "flow", "step", "wait_for", "sleep", "sleep_until", "now", "uuid4",
     "current_run", "current_step", "RetryPolicy", "Client", "Worker",
     "RunHandle", "RunRecord", "RunStatus", "Decision",
+    # DESIGN.md "Lifecycle operations (contract)"
+    "Checkpoint", "Event",
     # docs/api.md: documented additions
     "Authorizer", "Clock", "ErrorInfo", "Reason", "RunContext", "StepContext", "SystemClock",
+    "CheckpointKind", "EventType", "RunOptions", "Versions",
 }  # fmt: skip
 
 
