@@ -113,6 +113,7 @@ class _Pending:
     mailbox: str | None
     deadline: float | None
     human: bool
+    approvers: tuple[str, ...] | None = None
 
 
 def _tag(exc: BaseException, key: str, reason: str) -> BaseException:
@@ -393,11 +394,21 @@ class Activation:
 
     # -- waits, sleeps, values -------------------------------------------------
 
-    def wait(self, name: str, timeout: float | None, human: bool) -> Coroutine[Any, Any, Any]:
+    def wait(
+        self, name: str, timeout: float | None, human: bool, approvers: tuple[str, ...] | None
+    ) -> Coroutine[Any, Any, Any]:
         key, pos = self.alloc(f"~wait:{name}")
-        return self._tracked(self._wait, key, pos, name, timeout, human)
+        return self._tracked(self._wait, key, pos, name, timeout, human, approvers)
 
-    async def _wait(self, key: str, pos: int, name: str, timeout: float | None, human: bool) -> Any:
+    async def _wait(
+        self,
+        key: str,
+        pos: int,
+        name: str,
+        timeout: float | None,
+        human: bool,
+        approvers: tuple[str, ...] | None,
+    ) -> Any:
         rec = self.check(key, pos)
         if rec is not None and rec.state is State.OK:
             return self._payload(rec.value, human, key)
@@ -430,7 +441,7 @@ class Activation:
                 self.journal.put(Record(key, pos, Kind.WAIT, State.TIMEOUT, due=deadline))
                 raise _tag(WaitTimeout(name, key), key, Reason.FLOW_ERROR.value)
         pending = Record(key, pos, Kind.WAIT, State.PENDING, due=deadline)
-        self._pending.append(_Pending(key, pending.to_json(), mailbox, deadline, human))
+        self._pending.append(_Pending(key, pending.to_json(), mailbox, deadline, human, approvers))
         raise self._suspend()
 
     def _payload(self, value: Any, human: bool, key: str) -> Any:
@@ -621,9 +632,14 @@ class Activation:
         status = RunStatus.WAITING_FOR_HUMAN if human else RunStatus.WAITING_FOR_SIGNAL
         records = [(p.key, p.record) for p in self._pending if p.record is not None]
         mailboxes = sorted({p.mailbox for p in self._pending if p.mailbox is not None})
+        approvers = {
+            p.mailbox: p.approvers
+            for p in self._pending
+            if p.mailbox is not None and p.approvers is not None
+        }
         await self.store.suspend(
             self.run_id, self.fence, self.clock.time(), min(deadlines) if deadlines else None,
-            status, records, mailboxes,
+            status, records, mailboxes, approvers=approvers,
         )  # fmt: skip
 
     def release_on_cancel(self) -> Coroutine[Any, Any, None]:

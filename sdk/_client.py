@@ -25,6 +25,7 @@ from sdk._types import (
 )
 from sdk.errors import (
     Forbidden,
+    NotWaiting,
     RunCanceled,
     RunFailed,
     RunNotFound,
@@ -262,13 +263,18 @@ class Client:
     # -- steering ---------------------------------------------------------------
 
     async def _authorize(self, actor: str | None, action: str, run_id: str) -> None:
+        """Ask the authorizer; a refusal writes only an ``auth.denied`` event."""
         if self.authorizer is None:
             return
         record = await self.get(run_id)
+        if actor is not None and self.authorizer.can(actor, action, record):
+            return
+        await self.store.audit(
+            run_id, "auth.denied", self.clock.time(), dumps({"actor": actor, "action": action})
+        )
         if actor is None:
             raise Forbidden(f"{action} of run {run_id!r} needs an actor (an authorizer is set)")
-        if not self.authorizer.can(actor, action, record):
-            raise Forbidden(f"{actor!r} may not {action} run {run_id!r}")
+        raise Forbidden(f"{actor!r} may not {action} run {run_id!r}")
 
     async def signal(
         self, run_id: str, name: str, payload: Any = None, *,
@@ -319,9 +325,19 @@ class Client:
         _check_id(name, "wait name")
         await self._authorize(actor, action, run_id)
         data, _ = encode_value(payload, None, f"payload of {action} {name!r}")
+        if not isinstance(actor, str) or not actor or "\n" in actor:
+            raise ValueError(f"{action}: actor must be a non-empty name, got {actor!r}")
         decision = converter.unstructure(Decision(approved, actor, reason, data))
         event = {"name": name, "decision": action, "actor": actor, "reason": reason}
-        return await self._deliver(run_id, "h:" + name, dumps(decision), None, event)
+        try:
+            # A fresh dedup id: a retried script run is a no-op, not a second decision.
+            await self.store.signal(
+                run_id, "h:" + name, dumps(decision), f"~{uuid.uuid4().hex}",
+                now=self.clock.time(), event_data=dumps(event), decision_by=actor,
+            )  # fmt: skip
+        except NotWaiting as exc:
+            raise NotWaiting(run_id, exc.status, name) from None
+        return True
 
     async def cancel(self, run_id: str, *, reason: str, actor: str | None = None) -> None:
         """Cancel a run that has not ended. A terminal run raises `InvalidTransition`.
@@ -333,15 +349,25 @@ class Client:
             run_id, reason, self.clock.time(), event_data=dumps({"reason": reason, "actor": actor})
         )
 
-    async def resume(self, run_id: str, *, actor: str | None = None) -> RunHandle:
-        """Continue a failed, canceled or waiting run.
+    async def resume(
+        self, run_id: str, *, force: bool = False, actor: str | None = None
+    ) -> RunHandle:
+        """Continue a failed, canceled or waiting run from its checkpoint.
 
-        A failed run's recorded failure (of the step that failed, when a step
-        failed) is discarded so that step runs again; every other recorded step
-        is kept and not re-run. A run that failed on non-determinism resumes
-        with the fixed code.
+        A waiting run continues from its checkpoint head; a failed or canceled
+        run from its newest checkpoint before it finished. A failed run's
+        recorded failure (of the step that failed, when a step failed) is
+        discarded so that step runs again; every other recorded step is kept
+        and not re-run. A run that failed on non-determinism resumes with the
+        fixed code. The one audited way out of a terminal status.
+
+        Args:
+            force: skip re-evaluating the run's policy: the authorizer is asked
+                for ``force_resume`` instead of ``resume``, and the
+                ``run.resumed`` event records ``force: true``.
+            actor: who resumes (required when the client has an authorizer).
         """
-        await self._authorize(actor, "resume", run_id)
+        await self._authorize(actor, "force_resume" if force else "resume", run_id)
         stored = await self._stored(run_id)
         discard = None
         err = stored.record.error
@@ -353,7 +379,9 @@ class Client:
             discard = err.step_key
         await self.store.resume(
             run_id, discard, now=self.clock.time(),
-            event_data=dumps({"actor": actor, "from": stored.record.status.value}),
+            event_data=dumps(
+                {"actor": actor, "from": stored.record.status.value, "force": force}
+            ),
         )  # fmt: skip
         return RunHandle(self, run_id)
 

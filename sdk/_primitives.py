@@ -8,7 +8,7 @@ the coroutine to await. Their keys live in the reserved ``~`` namespace.
 from __future__ import annotations
 
 import uuid as _uuid
-from collections.abc import Coroutine
+from collections.abc import Collection, Coroutine
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -35,7 +35,11 @@ def _activation(what: str) -> Activation:
 
 
 def wait_for(
-    name: str, *, timeout: float | timedelta | None = None, human: bool = False
+    name: str,
+    *,
+    timeout: float | timedelta | None = None,
+    human: bool = False,
+    approvers: Collection[str] | None = None,
 ) -> Coroutine[Any, Any, Any]:
     """Wait durably for the signal `name` and return its payload.
 
@@ -49,6 +53,9 @@ def wait_for(
         timeout: seconds or a timedelta; when it passes first, `WaitTimeout`
             is raised (and raised again, identically, on replay).
         human: wait for an approval instead of a signal.
+        approvers: with ``human=True``, the only actors whose `Client.approve` /
+            `Client.deny` count; anyone else gets `Forbidden` (audited as
+            ``auth.denied``). Default: any actor the client's authorizer allows.
 
     Example::
 
@@ -58,10 +65,21 @@ def wait_for(
     """
     if not isinstance(name, str) or not name:
         raise ValueError(f"wait_for: name must be a non-empty string, got {name!r}")
+    who: tuple[str, ...] | None = None
+    if approvers is not None:
+        if not human:
+            raise ValueError(f"wait_for({name!r}): approvers= only applies with human=True")
+        if isinstance(approvers, str):
+            raise TypeError(f"wait_for({name!r}): approvers must be a collection of actor names")
+        who = tuple(sorted(set(approvers)))
+        if not who or not all(isinstance(a, str) and a and "\n" not in a for a in who):
+            raise ValueError(
+                f"wait_for({name!r}): approvers must be non-empty actor names without newlines"
+            )
     limit = None if timeout is None else seconds(timeout, "wait_for timeout")
     if limit is not None and limit < 0:
         raise ValueError(f"wait_for({name!r}): timeout must not be negative, got {timeout!r}")
-    return _activation("wait_for()").wait(name, limit, human)
+    return _activation("wait_for()").wait(name, limit, human, who)
 
 
 def sleep(duration: float | timedelta) -> Coroutine[Any, Any, None]:

@@ -13,6 +13,7 @@ The tree::
     ├── LeaseLost                another worker owns the run now; this one must not write
     ├── Forbidden                (also PermissionError) the authorizer refused an action
     ├── NotInRunError            (also RuntimeError) a run-only call outside a run
+    ├── NotWaiting               approve/deny of a run not waiting for that approval
     ├── StepError                a recorded failure whose exception type cannot be rebuilt
     ├── RunFailed                RunHandle.result() of a failed run
     └── RunCanceled              RunHandle.result() of a canceled run
@@ -38,6 +39,7 @@ __all__ = [
     "LeaseLost",
     "NonDeterminismError",
     "NotInRunError",
+    "NotWaiting",
     "RunCanceled",
     "RunFailed",
     "RunNotFound",
@@ -148,6 +150,22 @@ class Forbidden(SteadyflowError, PermissionError):
 
 class NotInRunError(SteadyflowError, RuntimeError):
     """A call that only makes sense inside a running flow was made outside one."""
+
+
+class NotWaiting(SteadyflowError):
+    """An approval or denial for a run that is not waiting for it. Nothing was written.
+
+    Attributes:
+        run_id: the run.
+        status: its status.
+    """
+
+    def __init__(self, run_id: str, status: RunStatus | str, name: str | None = None) -> None:
+        self.run_id = run_id
+        self.status = status
+        self.name = name
+        what = f"approval {name!r}" if name else "that approval"
+        super().__init__(f"run {run_id!r} is not waiting for {what} (status {str(status)!r})")
 
 
 class StepError(SteadyflowError):

@@ -22,6 +22,7 @@ SUFFIX = {
     "mailboxes": "mbn:",  # SET   mailbox names that exist (+ run id)
     "dedup": "dd:",  # SET   dedup ids seen (+ run id)
     "waits": "w:",  # SET   mailboxes a waiting run waits on (+ run id)
+    "approvers": "ap:",  # HASH  human mailbox -> who may decide, one per line (+ run id)
     "events": "ev:",  # STREAM the run's event log, capped (+ run id)
     "checkpoints": "cp:",  # STREAM the run's checkpoints (+ run id)
     "jseq": "js:",  # HASH  step key -> journal write sequence of its record (+ run id)

@@ -7,7 +7,7 @@ is no longer current (lease expired and taken over, run canceled).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 import attrs
@@ -181,6 +181,8 @@ class Store(Protocol):
         status: RunStatus,
         records: Sequence[tuple[str, str]],
         mailboxes: Sequence[str],
+        *,
+        approvers: Mapping[str, Sequence[str]] | None = None,
     ) -> bool:
         """Park a run; False when a signal or the deadline is already there (re-queued)."""
         ...
@@ -217,7 +219,16 @@ class Store(Protocol):
         *,
         now: float = 0.0,
         event_data: str = "",
-    ) -> bool: ...
+        decision_by: str | None = None,
+    ) -> bool:
+        """Deliver to a mailbox. With `decision_by` (an approval or denial) the run
+        must be waiting on that mailbox (`NotWaiting`) and the actor among its
+        approvers, if the wait names some (`Forbidden`, audited)."""
+        ...
+
+    async def audit(self, run_id: str, event_type: str, now: float, event_data: str) -> None:
+        """Append an event that changes nothing else (e.g. ``auth.denied``)."""
+        ...
 
     async def cancel(
         self, run_id: str, reason: str, now: float, *, event_data: str = ""

@@ -351,7 +351,8 @@ return {0}
 """
 
 # KEYS: run, journal. ARGV: P, id, fence, now, deadline|'', waiting status,
-#       n records, (key, record) * n, mailbox ...
+#       n records, (key, record) * n, n mailboxes, mailbox * n,
+#       (human mailbox, its approvers one per line) ...
 # Re-checks the mailboxes (and the deadline) in the same script that parks the
 # run, so a signal that landed after the activation looked is not lost.
 _SUSPEND = r"""
@@ -364,10 +365,12 @@ for _ = 1, tonumber(ARGV[7]) do
 end
 local ready = ARGV[5] ~= '' and tonumber(ARGV[4]) >= tonumber(ARGV[5])
 local boxes = {}
-for j = i, #ARGV do
+local nbox = tonumber(ARGV[i])
+for j = i + 1, i + nbox do
   boxes[#boxes + 1] = ARGV[j]
   if redis.call('LLEN', mbk(id, ARGV[j])) > 0 then ready = true end
 end
+i = i + 1 + nbox
 redis.call('HINCRBY', KEYS[1], 'fence', 1)
 redis.call('HDEL', KEYS[1], 'lease_owner', 'lease_exp')
 redis.call('ZREM', P .. K.leases, id)
@@ -380,6 +383,9 @@ emit(id, 'run.' .. ARGV[6], ARGV[4], '', '')
 checkpoint(id, ARGV[6], '', ARGV[6], ARGV[4])
 redis.call('DEL', P .. K.waits .. id)
 if #boxes > 0 then redis.call('SADD', P .. K.waits .. id, unpack(boxes)) end
+-- who may approve each human wait (mailbox -> actors, one per line)
+redis.call('DEL', P .. K.approvers .. id)
+for j = i, #ARGV, 2 do redis.call('HSET', P .. K.approvers .. id, ARGV[j], ARGV[j + 1]) end
 if ARGV[5] ~= '' then
   redis.call('ZADD', P .. K.timers, ARGV[5], id)
   -- idle workers block until the deadline they knew of: let one look again
@@ -414,6 +420,14 @@ checkpoint(id, 'step_started', ARGV[4], 'running', ARGV[5])
 return 1
 """
 
+# KEYS: run. ARGV: P, id, event type, now, event data. An audit-only event
+# (e.g. auth.denied): it changes nothing else.
+_AUDIT = r"""
+if redis.call('EXISTS', KEYS[1]) == 0 then return err('not_found') end
+emit(ARGV[2], ARGV[3], ARGV[4], '', ARGV[5])
+return {1}
+"""
+
 # KEYS: run. ARGV: P, id, fence. Gives a claimed run back (worker shutdown).
 _RELEASE = r"""
 local id = ARGV[2]
@@ -441,12 +455,24 @@ return lost
 """
 
 
-# KEYS: run. ARGV: P, id, mailbox, payload JSON, dedup id|'', now, event data
+# KEYS: run. ARGV: P, id, mailbox, payload JSON, dedup id|'', now, event data,
+#       '1' for a decision (the run must be waiting on that mailbox)|'', actor
 _SIGNAL = r"""
 local id = ARGV[2]
 local st = redis.call('HGET', KEYS[1], 'status')
 if not st then return err('not_found') end
 if TERMINAL[st] then return err('transition', st, 'running') end
+if ARGV[8] == '1' then
+  if not (st == 'waiting_for_human'
+          and redis.call('SISMEMBER', P .. K.waits .. id, ARGV[3]) == 1) then
+    return err('not_waiting', st)
+  end
+  local allowed = redis.call('HGET', P .. K.approvers .. id, ARGV[3])
+  if allowed and not string.find('\n' .. allowed .. '\n', '\n' .. ARGV[9] .. '\n', 1, true) then
+    emit(id, 'auth.denied', ARGV[6], '', ARGV[7])
+    return err('forbidden', ARGV[9])
+  end
+end
 if ARGV[5] ~= '' and redis.call('SADD', P .. K.dedup .. id, ARGV[5]) == 0 then return {0} end
 redis.call('RPUSH', mbk(id, ARGV[3]), ARGV[4])
 redis.call('SADD', P .. K.mailboxes .. id, ARGV[3])
@@ -511,6 +537,7 @@ _BODIES: dict[str, str] = {
     "poll": _POLL,
     "record": _RECORD,
     "mark": _MARK,
+    "audit": _AUDIT,
     "consume": _CONSUME,
     "suspend": _SUSPEND,
     "finish": _FINISH,

@@ -8,7 +8,7 @@ event loop that created them, so make a store inside the loop that uses it
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
@@ -20,7 +20,14 @@ from redis.commands.core import AsyncScript
 
 from sdk._serde import converter, dumps, loads
 from sdk._types import RUN_FORMAT_VERSION, ErrorInfo, RunRecord, RunStatus, Versions
-from sdk.errors import IdempotencyConflict, InvalidTransition, LeaseLost, RunNotFound
+from sdk.errors import (
+    Forbidden,
+    IdempotencyConflict,
+    InvalidTransition,
+    LeaseLost,
+    NotWaiting,
+    RunNotFound,
+)
 from stores._keys import Keys
 from stores._protocol import (
     Claim,
@@ -166,7 +173,8 @@ class RedisStore:
         """A store on ``redis://`` or ``rediss://`` (TLS) URL; user and password come from it.
 
         ``max_connections`` (default 64) bounds the pool for commands; a command
-        waits for a free connection rather than failing. Other keyword arguments
+        waits for a free connection rather than failing. ``max_events_per_run`` and
+        ``feed_length`` are the store's own (see the class). Other keyword arguments
         go to redis-py's connection pool (``ssl_ca_certs=...``, ``socket_timeout=...``).
         """
         scheme = urlsplit(url).scheme
@@ -179,6 +187,10 @@ class RedisStore:
         # redis-py wrap every read in asyncio.wait_for (~14 µs a step write).
         # Blocking reads (BLPOP, XREAD BLOCK) wait up to 5 s: their pool gets 30 s.
         command_timeout = kwargs.pop("socket_timeout", None)
+        # Options of the store itself, not of the connection pool.
+        caps = {k: kwargs.pop(k) for k in ("max_events_per_run", "feed_length") if k in kwargs}
+        if any(v < 100 for v in caps.values()):  # before any pool exists
+            raise ValueError("max_events_per_run and feed_length must be at least 100")
         # Unlike redis.Redis(), Redis.from_url() retries nothing: after a Redis
         # restart every pooled connection would fail its next command once
         # ("Connection closed by server"). Retry connection errors a few times.
@@ -206,7 +218,7 @@ class RedisStore:
             socket_timeout=max(command_timeout or 0.0, 30.0),
             **kwargs,
         )
-        store = cls(client, prefix=prefix, partitions=partitions, blocking_client=blocking)
+        store = cls(client, prefix=prefix, partitions=partitions, blocking_client=blocking, **caps)
         store._label = _redact(url)
         return store
 
@@ -235,6 +247,10 @@ class RedisStore:
                 raise RunNotFound(run_id)
             if code == "transition":
                 raise InvalidTransition(run_id, RunStatus(reply[2]), RunStatus(reply[3]))
+            if code == "not_waiting":
+                raise NotWaiting(run_id, RunStatus(reply[2]))
+            if code == "forbidden":
+                raise Forbidden(f"{reply[2]!r} may not decide this wait of run {run_id!r}")
             raise RuntimeError(f"run {run_id!r}: store script failed with {reply!r}")
 
     def _partitions(self) -> range:
@@ -437,16 +453,19 @@ class RedisStore:
         status: RunStatus,
         records: Sequence[tuple[str, str]],
         mailboxes: Sequence[str],
+        *,
+        approvers: Mapping[str, Sequence[str]] | None = None,
     ) -> bool:
         k = self.keys
         flat = [x for pair in records for x in pair]
+        allowed = [x for box, who in (approvers or {}).items() for x in (box, "\n".join(who))]
         reply = await self._call(
             "suspend",
             [k.run(run_id), k.journal(run_id)],
             [
                 k.base_of(run_id), run_id, str(fence), _num(now),
                 "" if deadline is None else _num(deadline), status.value,
-                str(len(records)), *flat, *mailboxes,
+                str(len(records)), *flat, str(len(mailboxes)), *mailboxes, *allowed,
             ],
         )  # fmt: skip
         if reply == -1:
@@ -516,13 +535,15 @@ class RedisStore:
         *,
         now: float = 0.0,
         event_data: str = "",
+        decision_by: str | None = None,
     ) -> bool:
         k = self.keys
         reply = await self._call(
             "signal",
             [k.run(run_id)],
-            [k.base_of(run_id), run_id, mailbox, payload, dedup_id or "", _num(now), event_data],
-        )
+            [k.base_of(run_id), run_id, mailbox, payload, dedup_id or "", _num(now), event_data,
+             "1" if decision_by is not None else "", decision_by or ""],
+        )  # fmt: skip
         self._raise(run_id, reply)
         return bool(reply[0] == 1)
 
@@ -546,6 +567,13 @@ class RedisStore:
         )
         self._raise(run_id, reply)
 
+    async def audit(self, run_id: str, event_type: str, now: float, event_data: str) -> None:
+        k = self.keys
+        reply = await self._call(
+            "audit", [k.run(run_id)], [k.base_of(run_id), run_id, event_type, _num(now), event_data]
+        )
+        self._raise(run_id, reply)
+
     # -- event log and checkpoints ------------------------------------------------
 
     async def events(self, run_id: str, cursor: str | None, limit: int) -> list[RawEvent]:
@@ -561,7 +589,14 @@ class RedisStore:
         self, cursors: dict[int, str], timeout: float, count: int
     ) -> tuple[list[RawEvent], dict[int, str]]:
         cursors = dict(cursors)
-        streams: Any = {self.keys.feed(p): cursors.get(p, "$") for p in self._partitions()}
+        for p in self._partitions():
+            # "$" means "after the newest entry at call time": pin it before
+            # reading, so nothing landing during or after this call is skipped
+            # by the next one (XREAD's own "$" is re-evaluated on every call).
+            if cursors.get(p, "$") == "$":
+                last: Any = await self.client.xrevrange(self.keys.feed(p), count=1)
+                cursors[p] = str(last[0][0]) if last else "0-0"
+        streams: Any = {self.keys.feed(p): cursors[p] for p in self._partitions()}
         reply: Any = await self.blocking_client.xread(
             streams, count=count, block=max(1, int(timeout * 1000))
         )
@@ -571,13 +606,6 @@ class RedisStore:
             for fid, fields in entries:
                 cursors[p] = str(fid)
                 out.append(RawEvent(fields.pop("eid"), fields.pop("run"), fields))
-        if not reply:
-            # "$" means "after the newest entry at call time": pin it, so an
-            # event landing between two calls is not skipped.
-            for p, cur in list(cursors.items()):
-                if cur == "$":
-                    last: Any = await self.client.xrevrange(self.keys.feed(p), count=1)
-                    cursors[p] = str(last[0][0]) if last else "0-0"
         return out, cursors
 
     # -- blocking waits --------------------------------------------------------

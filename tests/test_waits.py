@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from sdk import Decision, current_step, flow, now, sleep, sleep_until, step, uuid4, wait_for
-from sdk.errors import NotInRunError, RunFailed, SerializationError, WaitTimeout
+from sdk.errors import NotInRunError, NotWaiting, RunFailed, SerializationError, WaitTimeout
 from stores.redis import RedisStore
 from testing import FakeClock, FlowTestEnv
 
@@ -199,12 +199,25 @@ async def test_a_plain_signal_does_not_satisfy_a_human_wait() -> None:
         assert await handle.result() == Decision(True, "carol")
 
 
-async def test_an_approval_sent_before_the_wait_is_kept() -> None:
+async def test_an_approval_before_the_run_waits_for_it_is_refused_and_changes_nothing() -> None:
     async with FlowTestEnv() as env:
         handle = await env.start(approval)
+        with pytest.raises(NotWaiting, match="'manager'"):
+            await env.client.approve(handle.run_id, "manager", actor="dan")
+        await env.run_until_idle()
+        assert await handle.status() == "waiting_for_human"  # no decision was kept
         await env.client.approve(handle.run_id, "manager", actor="dan")
         await env.run_until_idle()
         assert await handle.result() == Decision(True, "dan")
+
+
+async def test_a_decision_for_another_wait_name_is_refused() -> None:
+    async with FlowTestEnv() as env:
+        handle = await env.start(approval)
+        await env.run_until_idle()
+        with pytest.raises(NotWaiting):
+            await env.client.deny(handle.run_id, "someone-else", actor="dan")
+        assert await handle.status() == "waiting_for_human"
 
 
 # -- timeouts ---------------------------------------------------------------------
