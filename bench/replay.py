@@ -5,7 +5,8 @@ until they suspend at the wait, so each has an N-step journal. Then, one run
 at a time, the run is signalled and re-activated the way a worker does it,
 with each phase timed:
 
-- load: ``store.claim`` (one round trip: lease + run record + whole journal);
+- load: ``store.claim`` (one round trip: lease + run record + whole journal
+  + the mailboxes holding signals);
 - parse: ``Journal.from_raw`` (JSON -> records);
 - replay: the flow re-walking its N recorded steps (execute minus store time);
 - conclude: the store calls of the activation's end (consume the signal,
@@ -13,7 +14,7 @@ with each phase timed:
 - total = load + parse + replay + conclude.
 
 A second pass times the same re-activation end to end through
-``Worker.run_until_idle`` (its loop's tick and claim included).
+``Worker.run_until_idle`` (its loop's polls included).
 
     python -m bench.replay [--steps 1000] [--runs 20] [--store URL] [--profile]
 """

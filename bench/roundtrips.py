@@ -19,7 +19,11 @@ Per operation: start; the first activation of a flow that suspends at a
 worker's claim, replay, next step, finish); ``RunHandle.result()`` on a
 finished run.
 
+``--optional-checkpoints``: the per-step flow is declared with
+``@flow(optional_checkpoints=True)``.
+
     python -m bench.roundtrips [--small 20] [--large 220] [--store URL | --private-redis]
+        [--optional-checkpoints]
 """
 
 from __future__ import annotations
@@ -48,12 +52,17 @@ __all__ = ["main", "measure"]
 
 
 async def _flow_cost(
-    store: RedisStore, counters: list[Counter], client: Client, worker: Worker, n: int
+    store: RedisStore,
+    counters: list[Counter],
+    client: Client,
+    worker: Worker,
+    n: int,
+    chain: Any = flows.chain,
 ) -> dict[str, Any]:
     """What one run of an n-step flow sends, client's start and worker's passes together."""
     before = await commandstats(store)
     snaps = [c.snapshot() for c in counters]
-    handle = await client.start(flows.chain, n)
+    handle = await client.start(chain, n)
     await worker.run_until_idle()
     parts = [c.since(s) for c, s in zip(counters, snaps, strict=True)]
     server = stats_delta(before, await commandstats(store))
@@ -80,7 +89,14 @@ async def _flow_cost(
     }
 
 
-async def measure(url: str, small: int = 20, large: int = 220) -> dict[str, Any]:
+async def measure(
+    url: str, small: int = 20, large: int = 220, optional_checkpoints: bool = False
+) -> dict[str, Any]:
+    chain: Any = flows.chain
+    if optional_checkpoints:
+        from bench import flows_checkpointed
+
+        chain = flows_checkpointed.chain
     prefix = new_prefix("roundtrips")
     async with (
         bench_store(url, prefix) as wstore,
@@ -90,7 +106,7 @@ async def measure(url: str, small: int = 20, large: int = 220) -> dict[str, Any]
         worker = Worker(wstore, concurrency=4)
         client = Client(cstore)
         # Warm up: connections made, scripts loaded (a first EVALSHA may need a SCRIPT LOAD).
-        warm = [await client.start(flows.chain, 3), await client.start(flows.wait_once)]
+        warm = [await client.start(chain, 3), await client.start(flows.wait_once)]
         await worker.run_until_idle()
         await client.signal(warm[1].run_id, "go", 1)
         await worker.run_until_idle()
@@ -100,8 +116,8 @@ async def measure(url: str, small: int = 20, large: int = 220) -> dict[str, Any]
         # -- per completed step --------------------------------------------------
         sizes = {}
         for n in (small, large):
-            c = await _flow_cost(wstore, [wcount, ccount], client, worker, n)
-            c2 = await _flow_cost(wstore, [wcount, ccount], client, worker, n)
+            c = await _flow_cost(wstore, [wcount, ccount], client, worker, n, chain)
+            c2 = await _flow_cost(wstore, [wcount, ccount], client, worker, n, chain)
             # the lower of two tries: the server-side figures pick up other clients' noise
             sizes[n] = {k: min(c[k], c2[k]) if isinstance(c[k], int) else c[k] for k in c}
         d = large - small
@@ -151,6 +167,7 @@ async def measure(url: str, small: int = 20, large: int = 220) -> dict[str, Any]
     return {
         "small": small,
         "large": large,
+        "optional_checkpoints": optional_checkpoints,
         "per_step": per_step,
         "per_step_server_by_command": {k: v for k, v in per_step_server.items() if v},
         "fixed_per_run": fixed,
@@ -175,7 +192,8 @@ def report(r: dict[str, Any]) -> str:
         ("server commands (incl. inside scripts)", ps["server_commands"]),
     ]
     out = [
-        f"per completed step: flows of {r['small']} and {r['large']} steps, differenced",
+        f"per completed step: flows of {r['small']} and {r['large']} steps, differenced"
+        + (", @flow(optional_checkpoints=True)" if r.get("optional_checkpoints") else ""),
         table(rows, ["per step", "count"]),
         "server commands per step, by command: "
         + ", ".join(
@@ -212,8 +230,8 @@ def report(r: dict[str, Any]) -> str:
             ["operation", "by", "round trips", "scripts"],
         ),
         "(worker rows run Worker.run_until_idle: poll x3 = the poll that claims, the re-poll "
-        "after a claim, and the poll that finds nothing; under Worker.run() the last one is a "
-        "BLPOP on the wake-up list. The activation's own: 1 claiming poll + the rest.)",
+        "after a claim, and the poll that finds nothing; Worker.run() polls once, then blocks "
+        "on BLPOP of the wake-up list. The activation's own: 1 claiming poll + the rest.)",
     ]
     return "\n".join(out)
 
@@ -228,12 +246,17 @@ def main() -> None:
         help="start a redis-server of our own (needs it on PATH): server-side counts "
         "free of other clients' traffic",
     )
+    p.add_argument(
+        "--optional-checkpoints",
+        action="store_true",
+        help="the per-step flow with @flow(optional_checkpoints=True)",
+    )
     a = p.parse_args()
     if a.private_redis:
         with private_redis() as url:
-            r = asyncio.run(measure(url, a.small, a.large))
+            r = asyncio.run(measure(url, a.small, a.large, a.optional_checkpoints))
     else:
-        r = asyncio.run(measure(a.store, a.small, a.large))
+        r = asyncio.run(measure(a.store, a.small, a.large, a.optional_checkpoints))
     print(report(r))
     emit("roundtrips", r, a.json)
 

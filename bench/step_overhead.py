@@ -8,26 +8,40 @@ live (nothing replays), so each one costs its fenced record write.
 
 For scale, the same run also times the floors under a step, interleaved
 call by call: a bare ``store.record`` call (the one script a step runs), a
-PING through the same client, through a client without a socket timeout, and
-over a bare asyncio socket.
+PING through the same client, through a second client forced to
+``socket_timeout=None`` (the store's default too, so the two PINGs agree
+unless a socket timeout was passed), and over a bare asyncio socket.
+
+``--optional-checkpoints`` runs the same flow declared with
+``@flow(optional_checkpoints=True)`` (a ``step_started`` checkpoint per step).
 
     python -m bench.step_overhead [--steps 2000] [--rounds 3] [--store URL] [--profile]
+        [--optional-checkpoints]
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import sdk
 from bench import flows
 from bench._common import bench_store, emit, new_prefix, parser, profiled, summary, table
 from sdk import Client, Worker
 from sdk._journal import Kind, Record, State
 from stores.redis import RedisStore
 
-__all__ = ["main", "measure"]
+__all__ = ["main", "measure", "overhead_runs"]
+
+#: One run's step times, undecorated-call times (seconds, one per call) and wall time.
+Timed = tuple[list[float], list[float], float]
+
+#: The engine this process runs (bench.events_overhead checks it).
+ENGINE = os.path.dirname(os.path.abspath(sdk.__file__))
 
 
 async def _floors(
@@ -37,8 +51,10 @@ async def _floors(
 
     - the store call a step makes (``store.record``, one EVALSHA);
     - a PING through the store's client;
-    - a PING through a client like it but with ``socket_timeout=None`` (a set
-      socket timeout wraps every read and write in ``asyncio.wait_for``);
+    - a PING through a client like it but forced to ``socket_timeout=None`` (a
+      set socket timeout wraps every read and write in ``asyncio.wait_for``;
+      the store has none by default, so this matches the row above unless
+      a timeout was passed);
     - a PING on a bare asyncio stream: loopback + server, no client library.
     """
     client = Client(store)
@@ -85,25 +101,53 @@ async def _floors(
     return {k: summary(v, 1e6) for k, v in times.items()}
 
 
-async def measure(
-    url: str, steps: int = 2000, rounds: int = 3, profile: bool = False, **store_kwargs: Any
-) -> dict[str, Any]:
+@contextlib.asynccontextmanager
+async def overhead_runs(
+    url: str, optional_checkpoints: bool = False, **store_kwargs: Any
+) -> AsyncIterator[tuple[RedisStore, Callable[[int, bool], Awaitable[Timed]]]]:
+    """A store and ``run(steps, profile)``: one run of the overhead flow through an
+    in-process worker, returning (step seconds, plain seconds, wall seconds).
+
+    The flow has run once (200 steps) to warm up before this yields.
+    """
+    if optional_checkpoints:
+        from bench import flows_checkpointed
+
+        flow = flows_checkpointed.overhead
+    else:
+        flow = flows.overhead
     async with bench_store(url, new_prefix("overhead"), **store_kwargs) as store:
         client = Client(store)
-        worker = Worker(store, [flows.overhead], concurrency=1)
-        warm = await client.start(flows.overhead, 200)
-        await worker.run_until_idle()
-        await warm.result(timeout=30)
+        worker = Worker(store, [flow], concurrency=1)
+
+        async def run(steps: int, profile: bool = False) -> Timed:
+            handle = await client.start(flow, steps)
+            t0 = time.perf_counter()
+            with profiled(profile):
+                await worker.run_until_idle()
+            wall = time.perf_counter() - t0
+            s, p = await handle.result(timeout=60)
+            return s, p, wall
+
+        await run(200)
+        yield store, run
+
+
+async def measure(
+    url: str,
+    steps: int = 2000,
+    rounds: int = 3,
+    profile: bool = False,
+    optional_checkpoints: bool = False,
+    **store_kwargs: Any,
+) -> dict[str, Any]:
+    async with overhead_runs(url, optional_checkpoints, **store_kwargs) as (store, run):
         step_t: list[float] = []
         plain_t: list[float] = []
         walls: list[float] = []
         for _ in range(rounds):
-            handle = await client.start(flows.overhead, steps)
-            t0 = time.perf_counter()
-            with profiled(profile and not walls):
-                await worker.run_until_idle()
-            walls.append(time.perf_counter() - t0)
-            s, p = await handle.result(timeout=60)
+            s, p, wall = await run(steps, profile and not walls)
+            walls.append(wall)
             step_t += s
             plain_t += p
         floors = await _floors(store, url, 1000, **store_kwargs)
@@ -112,6 +156,8 @@ async def measure(
     return {
         "steps": steps,
         "rounds": rounds,
+        "optional_checkpoints": optional_checkpoints,
+        "engine": ENGINE,
         "parser": _parser_name(store_kwargs),
         "step_us": summary(step_t, 1e6),
         "plain_us": summary(plain_t, 1e6),
@@ -136,14 +182,16 @@ def report(r: dict[str, Any]) -> str:
         ("step call, as timed in the flow", *_q(r["step_us"])),
         ("undecorated call", *_q(r["plain_us"])),
         ("floor: store.record() alone", *_q(r["floors_us"]["store_record"])),
-        ("floor: PING through the same client", *_q(r["floors_us"]["ping"])),
-        ("floor: PING, same but socket_timeout=None", *_q(r["floors_us"]["ping_no_timeout"])),
+        ("floor: PING through the store's client", *_q(r["floors_us"]["ping"])),
+        ("floor: PING, socket_timeout=None forced", *_q(r["floors_us"]["ping_no_timeout"])),
         ("floor: PING on a bare asyncio socket", *_q(r["floors_us"]["raw_ping"])),
     ]
     out = table(rows, ["µs", "median", "p90", "p99"])
     return (
         f"step overhead: {r['steps']} sequential steps x {r['rounds']} runs, "
-        f"parser {r['parser']}\n{out}\n"
+        f"parser {r['parser']}"
+        f"{', @flow(optional_checkpoints=True)' if r.get('optional_checkpoints') else ''}\n"
+        f"{out}\n"
         f"whole run (claim .. finish) / steps, best run: {r['run_wall_per_step_us']:.1f} µs"
     )
 
@@ -157,8 +205,13 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=2000)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--profile", action="store_true", help="cProfile the first measured run")
+    p.add_argument(
+        "--optional-checkpoints",
+        action="store_true",
+        help="run the flow with @flow(optional_checkpoints=True)",
+    )
     a = p.parse_args()
-    r = asyncio.run(measure(a.store, a.steps, a.rounds, a.profile))
+    r = asyncio.run(measure(a.store, a.steps, a.rounds, a.profile, a.optional_checkpoints))
     print(report(r))
     emit("step_overhead", r, a.json)
 

@@ -102,7 +102,7 @@ local function fenced(id, fence)
 end
 
 -- A one-element list: waiters read it without taking it (BRPOPLPUSH onto
--- itself), so every waiter wakes; 160 bytes where a stream took 4.7 KB.
+-- itself), so every waiter wakes; ~200 bytes where a one-entry stream took ~4.7 KB.
 -- Append an event to the run's log and to the partition's feed (both capped).
 -- Fields, not JSON: `data` is JSON made by the client and passed through.
 local function emit(id, etype, at, step, data)
