@@ -38,13 +38,15 @@ __all__ = [
 
 DEFAULT_STORE = os.environ.get("STEADYFLOW_BENCH_STORE", "redis://127.0.0.1:6379/0")
 
-#: The targets of issue 2 (2-core machine): metric -> (comparison, value, unit).
+#: The targets of issue 2 (2-core machine) and issue 3: metric -> (comparison, value, unit).
 TARGETS: dict[str, tuple[str, float, str]] = {
     "round_trips_per_step": ("<=", 1.0, "round trips"),
     "step_overhead_median_us": ("<=", 200.0, "µs"),
     "throughput_steps_per_s": (">=", 5000.0, "steps/s"),
     "replay_1000_ms": ("<=", 20.0, "ms"),
     "latency_median_ms": ("<=", 2.0, "ms"),
+    # issue 3: median per-step overhead with events + checkpoints / without
+    "events_overhead_ratio": ("<=", 1.10, "x"),
 }
 
 
@@ -211,10 +213,10 @@ def _counting_class(base: type, counter: Counter) -> type:
     return CountingConnection
 
 
-async def commandstats(store: RedisStore) -> dict[str, int]:
-    """Server-side ``calls`` per command (includes commands run inside scripts)."""
+async def commandstats(store: RedisStore, field: str = "calls") -> dict[str, int]:
+    """Server-side ``calls`` (or ``usec``) per command (includes commands run inside scripts)."""
     info: Any = await store.client.info("commandstats")
-    return {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in info.items()}
+    return {k.removeprefix("cmdstat_"): int(v[field]) for k, v in info.items()}
 
 
 def stats_delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:

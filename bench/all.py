@@ -1,4 +1,4 @@
-"""Run every benchmark and print the figures next to the targets of issue 2.
+"""Run every benchmark and print the figures next to the targets of issues 2 and 3.
 
     python -m bench.all [--store URL] [--skip redis_parser,latency] [--json]
 
@@ -15,7 +15,15 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from bench import latency, redis_parser, replay, roundtrips, step_overhead, throughput
+from bench import (
+    events_overhead,
+    latency,
+    redis_parser,
+    replay,
+    roundtrips,
+    step_overhead,
+    throughput,
+)
 from bench._common import TARGETS, emit, parser, table
 
 __all__ = ["main"]
@@ -27,6 +35,7 @@ BENCHES: dict[str, tuple[Callable[..., Any], Callable[[dict[str, Any]], str]]] =
     "replay": (replay.measure, replay.report),
     "latency": (latency.measure, latency.report),
     "redis_parser": (redis_parser.measure, redis_parser.report),
+    "events_overhead": (events_overhead.measure, events_overhead.report),
 }
 
 
@@ -45,6 +54,7 @@ def _measured(results: dict[str, dict[str, Any]]) -> dict[str, float | None]:
         "throughput_steps_per_s": get("throughput", "steps_per_s"),
         "replay_1000_ms": get("replay", "total_ms", "median"),
         "latency_median_ms": get("latency", "latency_median_ms"),
+        "events_overhead_ratio": get("events_overhead", "ratio", "B/A", "median", "pooled"),
     }
 
 
@@ -54,6 +64,7 @@ _LABELS = {
     "throughput_steps_per_s": "aggregate steps/s, 100 runs, one worker process",
     "replay_1000_ms": "activation with a 1,000-step journal replayed",
     "latency_median_ms": "start-to-result latency (median), separate processes",
+    "events_overhead_ratio": "per-step overhead, events + checkpoints on / off (issue 3)",
 }
 
 
@@ -67,8 +78,9 @@ def summary_table(results: dict[str, dict[str, Any]]) -> str:
             verdict = "met"
         else:
             verdict = "MISSED"
-        rows.append((_LABELS[key], f"{op} {target:g} {unit}", value, verdict))
-    return table(rows, ["target (issue 2)", "target", "measured", ""])
+        rows.append((_LABELS[key], f"{op} {target:g} {unit}", "-" if value is None else value,
+                     verdict))  # fmt: skip
+    return table(rows, ["target (issues 2, 3)", "target", "measured", ""])
 
 
 def main() -> None:
@@ -80,11 +92,17 @@ def main() -> None:
     if unknown:
         p.error(f"unknown benchmark(s) {sorted(unknown)}; known: {sorted(BENCHES)}")
     results: dict[str, dict[str, Any]] = {}
+    failed: list[str] = []
     for name, (measure, report) in BENCHES.items():
         if name in skip:
             continue
         t0 = time.perf_counter()
-        results[name] = asyncio.run(measure(a.store))
+        try:
+            results[name] = asyncio.run(measure(a.store))
+        except (Exception, SystemExit) as exc:  # one benchmark failing leaves the others
+            print(f"== {name}: FAILED ({type(exc).__name__}: {exc})\n")
+            failed.append(name)
+            continue
         print(f"== {name} ({time.perf_counter() - t0:.0f} s)\n{report(results[name])}\n")
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     print(
@@ -92,6 +110,8 @@ def main() -> None:
         f"store {a.store})\n{summary_table(results)}"
     )
     emit("all", {"results": results, "measured": _measured(results)}, a.json)
+    if failed:
+        raise SystemExit(f"failed: {', '.join(failed)}")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ __all__ = [
     "one_step",
     "overhead",
     "replay_then_wait",
+    "timed_calls",
     "trivial",
     "wait_once",
 ]
@@ -40,6 +41,11 @@ async def overhead(n: int) -> list[list[float]]:
 
     Returns ``[step_seconds, plain_seconds]``, one entry per call.
     """
+    return await timed_calls(n)
+
+
+async def timed_calls(n: int) -> list[list[float]]:
+    """The body of `overhead` (shared with ``bench.flows_checkpointed``)."""
     clock = time.perf_counter
     steps: list[float] = []
     plain: list[float] = []

@@ -25,6 +25,7 @@ import attrs
 from sdk._clock import Clock
 from sdk._context import RunContext, StepContext, _run_var, _step_var
 from sdk._journal import Journal, Kind, Record, State, StepEvent
+from sdk._registry import RESULT_GRACE
 from sdk._retry import RetryPolicy
 from sdk._serde import (
     converter,
@@ -34,10 +35,17 @@ from sdk._serde import (
     encode_value,
     loads,
     rebuild_exception,
+    request_hash,
     type_path,
 )
 from sdk._types import Decision, ErrorInfo, Reason, RunStatus
-from sdk.errors import LeaseLost, NonDeterminismError, SerializationError, WaitTimeout
+from sdk.errors import (
+    IdempotencyConflict,
+    LeaseLost,
+    NonDeterminismError,
+    SerializationError,
+    WaitTimeout,
+)
 
 if TYPE_CHECKING:
     from sdk._registry import FlowDef
@@ -132,6 +140,7 @@ class Activation:
         journal: Journal,
         flow: FlowDef,
         mail: frozenset[str] | None = None,
+        lineage: dict[str, str] | None = None,
     ) -> None:
         self.engine = engine
         self.store = engine.store
@@ -145,6 +154,11 @@ class Activation:
         # Mailboxes that held signals at claim time (None: unknown). A wait on
         # another one parks at once; the suspend script re-checks every mailbox.
         self.mail = mail
+        # A replay's or fork's reusable results of its source runs (raw JSON by key).
+        self._lineage_raw = lineage or {}
+        root = stored.record.root_run_id or self.run_id
+        self._key_root = root
+        self.retry_override = RetryPolicy.from_json(stored.retry) if stored.retry else None
         self.suspending = False
         self.crashed = False
         self.store_error: Exception | None = None
@@ -247,8 +261,8 @@ class Activation:
         except Exception as exc:
             raise self._store_failed(exc, key) from exc
 
-    async def _write(self, rec: Record) -> None:
-        event = self._announce(rec)
+    async def _write(self, rec: Record, event: StepEvent | None = None) -> None:
+        event = event or self._announce(rec)
         await self._guarded(
             rec.key,
             self.store.record(
@@ -295,6 +309,15 @@ class Activation:
     ) -> Any:
         rec = self.check(key, pos)
         attempts = 0
+        if rec is not None and rec.kind is Kind.WAIT:
+            # a replay approval parked in this step's slot (replay="require_human")
+            return await self._approved_rerun(spec, fn, args, kwargs, key, pos)
+        if rec is None:
+            lin = self._lineage(key, pos, Kind.STEP)
+            if lin is not None and spec.replay == "use_recorded_result":
+                return await self._reuse(spec, args, kwargs, key, pos, lin)
+            if lin is not None and spec.replay == "require_human":
+                return await self._approved_rerun(spec, fn, args, kwargs, key, pos)
         if rec is not None:
             if rec.state is State.OK:
                 return decode_value(rec.value, spec.return_type(), rec.type, _what(key))
@@ -306,6 +329,63 @@ class Activation:
                 raise self._suspend()
         return await self._attempts(spec, fn, args, kwargs, key, pos, attempts)
 
+    def _lineage(self, key: str, pos: int, kind: Kind) -> Record | None:
+        """The source runs' completed record for this call, if it is the same call."""
+        raw = self._lineage_raw.get(key)
+        if raw is None:
+            return None
+        rec = Record.from_json(raw)
+        if rec.pos != pos or rec.kind is not kind or rec.state is not State.OK:
+            return None
+        return rec
+
+    async def _reuse(
+        self,
+        spec: StepSpec,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        key: str,
+        pos: int,
+        lin: Record,
+    ) -> Any:
+        """Take the source's recorded result instead of running the side effect again."""
+        rh = request_hash(args, kwargs)
+        idem = f"{self._key_root}:{key}"
+        if lin.rh is not None and rh != lin.rh:
+            exc = IdempotencyConflict(
+                f"run {self.run_id!r}: step {key!r} (idempotency key {idem!r}) was recorded "
+                "with other arguments in the source run; it is not run again"
+            )
+            reason = Reason.IDEMPOTENCY_CONFLICT.value
+            await self._write(
+                Record(key, pos, Kind.STEP, State.FAILED, error=encode_exception(exc),
+                       reason=reason, rh=rh)
+            )  # fmt: skip
+            raise _tag(exc, key, reason)
+        data = dumps({"idempotency_key": idem, "source_run_id": self.stored.record.source_run_id})
+        await self._write(
+            Record(key, pos, Kind.STEP, State.OK, value=lin.value, type=lin.type, rh=lin.rh),
+            StepEvent("side_effect.reused", data, "step_completed"),
+        )
+        return decode_value(lin.value, spec.return_type(), lin.type, _what(key))
+
+    async def _approved_rerun(
+        self,
+        spec: StepSpec,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        key: str,
+        pos: int,
+    ) -> Any:
+        """replay="require_human": wait for the approval ``replay:{key}`` before running
+        the step again; a denial reuses the source's recorded result instead."""
+        decision = await self._wait(key, pos, f"replay:{key}", None, True, None)
+        lin = self._lineage(key, pos, Kind.STEP)
+        if decision.approved or lin is None:
+            return await self._attempts(spec, fn, args, kwargs, key, pos, 0)
+        return await self._reuse(spec, args, kwargs, key, pos, lin)
+
     async def _attempts(
         self,
         spec: StepSpec,
@@ -316,7 +396,8 @@ class Activation:
         pos: int,
         attempts: int,
     ) -> Any:
-        policy = spec.retry or self.flow.retry
+        policy = spec.retry or self.retry_override or self.flow.retry
+        rh = request_hash(args, kwargs)
         while True:
             if self.suspending:
                 raise self._suspend()
@@ -326,7 +407,7 @@ class Activation:
                     key, self.store.mark(self.run_id, self.fence, key, self.clock.time())
                 )
             token = _step_var.set(
-                StepContext(self.run_id, key, attempts + 1, f"{self.run_id}:{key}")
+                StepContext(self.run_id, key, attempts + 1, f"{self._key_root}:{key}")
             )
             try:
                 value = fn(*args, **kwargs)
@@ -358,8 +439,9 @@ class Activation:
                 )  # fmt: skip
                 raise _tag(exc, key, Reason.SERIALIZATION_ERROR.value) from None
             await self._write(
-                Record(key, pos, Kind.STEP, State.OK, value=data, type=tpath, attempts=attempts)
-            )
+                Record(key, pos, Kind.STEP, State.OK, value=data, type=tpath, attempts=attempts,
+                       rh=rh)
+            )  # fmt: skip
             return value
 
     async def _failed(
@@ -477,13 +559,15 @@ class Activation:
         raise self._suspend()
 
     async def _value(self, key: str, pos: int, kind: Kind, make: Callable[[], str]) -> str:
-        """A journaled value (``now``, ``uuid4``): made once, replayed after."""
+        """A journaled value (``now``, ``uuid4``): made once, replayed after (and
+        reused by replays and forks of the run)."""
         rec = self.check(key, pos)
         if rec is not None and rec.state is State.OK:
             return str(rec.value)
         if self.suspending:
             raise self._suspend()
-        value = make()
+        lin = self._lineage(key, pos, kind)
+        value = str(lin.value) if lin is not None else make()
         await self._write(Record(key, pos, kind, State.OK, value=value))
         return value
 
@@ -615,9 +699,12 @@ class Activation:
         fields = {"result": dumps(data)}
         if tpath:
             fields["result_type"] = tpath
+        now = self.clock.time()
+        grace = now + RESULT_GRACE if self.flow.delete_on_success else None
         await self.store.finish(
-            self.run_id, self.fence, RunStatus.COMPLETED, self.clock.time(), fields
-        )
+            self.run_id, self.fence, RunStatus.COMPLETED, now, fields,
+            retention=self.flow.retention, delete_until=grace,
+        )  # fmt: skip
 
     async def _finish_failed(self, error: ErrorInfo) -> None:
         text = dumps(converter.unstructure(error))

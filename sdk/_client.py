@@ -11,7 +11,9 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sdk._clock import Clock, SystemClock
+from sdk._journal import Kind, Record, State
 from sdk._registry import FlowDef, flow_def_of, registered_flows
+from sdk._retry import RetryPolicy
 from sdk._serde import converter, decode_value, dumps, encode_value, loads
 from sdk._types import (
     Checkpoint,
@@ -25,6 +27,7 @@ from sdk._types import (
 )
 from sdk.errors import (
     Forbidden,
+    InvalidTransition,
     NotWaiting,
     RunCanceled,
     RunFailed,
@@ -45,7 +48,7 @@ class Authorizer(Protocol):
     """Decides whether `actor` may perform `action` on `run`.
 
     Actions: ``signal``, ``approve``, ``deny``, ``cancel``, ``resume``,
-    ``replay``, ``fork``.
+    ``replay``, ``fork``, ``delete``.
     """
 
     def can(self, actor: str, action: str, run: RunRecord) -> bool: ...
@@ -82,13 +85,18 @@ class RunHandle:
             RunFailed: the run failed (`.error` has type, message, step key, reason).
             RunCanceled: the run was canceled.
             TimeoutError: `timeout` seconds passed first.
-            RunNotFound: no such run.
+            RunNotFound: no such run (or it was deleted; a run of a
+                ``delete_on_success`` flow still returns its result for
+                300 seconds after it completed).
         """
         store = self._client.store
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         while True:
             stored = await store.get_run(self.run_id)
+            if stored is None:
+                # deleted on success: its tombstone holds the result for a while
+                stored = await store.get_tombstone(self.run_id)
             if stored is None:
                 raise RunNotFound(self.run_id)
             if stored.record.status.is_terminal:
@@ -190,6 +198,7 @@ class Client:
             NewRun(
                 run_id, name, version, args_json, digest, q, priority, tenant_id,
                 self.clock.time(), options or RunOptions(),
+                retention=fd.retention if isinstance(fd, FlowDef) else None,
             )
         )  # fmt: skip
         return RunHandle(self, run_id)
@@ -385,6 +394,158 @@ class Client:
         )  # fmt: skip
         return RunHandle(self, run_id)
 
+    async def delete(self, run_id: str, *, actor: str | None = None) -> None:
+        """Delete a finished run and all of its data, at once and for good.
+
+        Deletes the record, journal, event log, checkpoints, mailboxes, dedup
+        ids and lineage of the run and takes it off every index; the run id is
+        free again. Its event log goes with it, so the ``run.deleted`` event
+        (with `actor`) reaches only live `follow` listeners.
+
+        Raises:
+            InvalidTransition: the run has not finished (pending, running,
+                waiting...): nothing is deleted. Cancel it first.
+            RunNotFound: no such run.
+            Forbidden: the authorizer refused ``delete`` (audited as ``auth.denied``).
+        """
+        await self._authorize(actor, "delete", run_id)
+        await self.store.delete(
+            run_id, self.clock.time(), event_data=dumps({"reason": "deleted", "actor": actor})
+        )
+
+    # -- replay and fork --------------------------------------------------------------
+
+    async def replay(
+        self,
+        run_id: str,
+        *,
+        checkpoint_id: str | None = None,
+        actor: str | None = None,
+        new_run_id: str | None = None,
+    ) -> RunHandle:
+        """Re-execute a run as a new run from one of its checkpoints (default: the first).
+
+        The source is never changed. The new run's journal holds the source's
+        records up to the checkpoint (replayed as they are); after it, each step
+        follows its `replay` policy: ``use_recorded_result`` reuses the source's
+        result (event ``side_effect.reused``; `IdempotencyConflict` if the step is
+        now called with other arguments), ``require_human`` waits for the
+        approval ``replay:{step_key}`` (a denial reuses the result),
+        ``reexecute`` runs it again. ``now()``/``uuid4()`` values are reused;
+        waits and sleeps wait again. Idempotency keys stay those of the lineage's
+        first run, so a re-executed side effect can be deduplicated remotely.
+        """
+        return await self._derive("replay", run_id, checkpoint_id, actor, new_run_id, {})
+
+    async def fork(
+        self,
+        run_id: str,
+        *,
+        checkpoint_id: str | None = None,
+        actor: str | None = None,
+        new_run_id: str | None = None,
+        **options: Any,
+    ) -> RunHandle:
+        """Like `replay`, from a checkpoint (default: the head), with other options.
+
+        Options: ``queue``, ``priority``, ``tenant_id``, ``flow_version``,
+        ``retry`` (a `RetryPolicy` replacing the flow's default), and the
+        `RunOptions` fields ``environment``, ``thread_id``, ``trace_id``,
+        ``versions``, ``policy_snapshot_id``. With an authorizer, the actor needs
+        ``fork``, and the authorizer's optional ``can_fork(actor, run, options)``
+        (the environment's policy) must not refuse the changed options.
+        """
+        unknown = set(options) - _FORK_OPTIONS
+        if unknown:
+            raise TypeError(
+                f"fork: unknown option(s) {sorted(unknown)}; known: {sorted(_FORK_OPTIONS)}"
+            )
+        return await self._derive("fork", run_id, checkpoint_id, actor, new_run_id, options)
+
+    async def _derive(
+        self,
+        kind: str,
+        run_id: str,
+        checkpoint_id: str | None,
+        actor: str | None,
+        new_run_id: str | None,
+        options: dict[str, Any],
+    ) -> RunHandle:
+        await self._authorize(actor, kind, run_id)
+        source = await self.store.read_lineage(run_id)
+        if source is None:
+            raise RunNotFound(run_id)
+        rec = source.run.record
+        if options and self.authorizer is not None:
+            can_fork = getattr(self.authorizer, "can_fork", None)
+            if can_fork is not None and not can_fork(actor, rec, dict(options)):
+                await self.store.audit(
+                    run_id, "auth.denied", self.clock.time(),
+                    dumps({"actor": actor, "action": "fork", "options": sorted(options)}),
+                )  # fmt: skip
+                raise Forbidden(f"{actor!r} may not fork run {run_id!r} with {sorted(options)}")
+        cps = source.checkpoints
+        if not cps:
+            raise InvalidTransition(run_id, rec.status, RunStatus.RUNNING)
+        wanted = (
+            checkpoint_id if checkpoint_id is not None else cps[0 if kind == "replay" else -1]["id"]
+        )
+        chosen = next((c for c in cps if c["id"] == str(wanted)), None)
+        if chosen is None:
+            raise ValueError(f"run {run_id!r} has no checkpoint {wanted!r}")
+        upto = int(chosen["seq"])
+        seed: list[tuple[str, str]] = []
+        lineage: dict[str, str] = dict(source.lineage)  # the source's own, still unused
+        for key, raw in source.journal.items():
+            parsed = Record.from_json(raw)
+            if int(source.jseq.get(key, "0")) <= upto:
+                # before the checkpoint: replayed as it is, except what waits again
+                if parsed.state in (State.OK, State.FAILED, State.TIMEOUT):
+                    seed.append((key, raw))
+            elif parsed.state is State.OK and parsed.kind in _REUSABLE:
+                lineage[key] = raw
+        for key, _ in seed:
+            lineage.pop(key, None)
+        from stores._protocol import NewRun  # stores imports sdk: import at use
+
+        versions = options.get("versions", rec.versions)
+        run_opts = RunOptions(
+            thread_id=options.get("thread_id", rec.thread_id),
+            trace_id=options.get("trace_id"),
+            environment=options.get("environment", rec.environment),
+            versions=versions,
+            policy_snapshot_id=options.get("policy_snapshot_id", rec.policy_snapshot_id),
+        )
+        retry = options.get("retry")
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise TypeError(f"fork: retry must be a RetryPolicy, got {retry!r}")
+        new_id = _check_id(new_run_id or str(uuid.uuid4()), "new_run_id")
+        priority = options.get("priority", rec.priority)
+        queue = options.get("queue", rec.queue)
+        _check_id(queue, "queue")
+        if (
+            isinstance(priority, bool)
+            or not isinstance(priority, int)
+            or priority not in _PRIORITY_RANGE
+        ):
+            raise ValueError(f"priority must be an int in -4095..4095, got {priority!r}")
+        new = NewRun(
+            new_id, rec.flow, options.get("flow_version", rec.flow_version), source.run.args,
+            hashlib.sha256(f"{kind}\n{run_id}\n{wanted}\n{new_id}".encode()).hexdigest(),
+            queue, priority, options.get("tenant_id", rec.tenant_id), self.clock.time(),
+            run_opts, source_run_id=run_id, source_checkpoint_id=str(wanted),
+            root_run_id=rec.root_run_id or run_id,
+            retry=retry.to_json() if retry is not None else source.run.retry,
+        )  # fmt: skip
+        event = {
+            "source_run_id": run_id, "source_checkpoint_id": str(wanted), "actor": actor,
+            "options": sorted(options),
+        }  # fmt: skip
+        await self.store.derive_run(
+            new, seed, sorted(lineage.items()), f"run.{kind}ed", dumps(event)
+        )
+        return RunHandle(self, new_id)
+
     # -- the event log and checkpoints -------------------------------------------------
 
     async def events(
@@ -432,10 +593,23 @@ class Client:
         cursors: dict[int, str] = {}
         while True:
             raw, cursors = await self.store.follow(cursors, poll_timeout, 100)
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                # Python 3.11's asyncio.wait_for (inside redis-py) can swallow a
+                # cancel that lands as a write completes; honour it here, or a
+                # canceled follower would poll forever.
+                raise asyncio.CancelledError
             for r in raw:
                 yield _event(
                     r, r.fields.pop("trace", None) or r.run_id, r.fields.pop("tenant", None) or None
                 )
+
+
+_FORK_OPTIONS = frozenset(
+    {"queue", "priority", "tenant_id", "flow_version", "retry", "environment", "thread_id",
+     "trace_id", "versions", "policy_snapshot_id"}
+)  # fmt: skip
+_REUSABLE = (Kind.STEP, Kind.NOW, Kind.UUID)
 
 
 def _event(raw: RawEvent, trace_id: str | None, tenant_id: str | None) -> Event:

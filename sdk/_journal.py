@@ -53,6 +53,7 @@ class Record:
         reason: the `Reason` code of a FAILED step.
         attempts: failed attempts so far.
         due: deadline (epoch seconds) of a PENDING wait or a RETRY.
+        rh: request hash of a step's arguments (the side-effect ledger's check).
         v: record format version.
     """
 
@@ -66,6 +67,7 @@ class Record:
     reason: str | None = None
     attempts: int = 0
     due: float | None = None
+    rh: str | None = None
     v: int = FORMAT_VERSION
 
     def to_json(self) -> str:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
 from collections.abc import Callable, Coroutine
+from datetime import timedelta
 from typing import Any, ParamSpec, TypeVar, overload
 
 import attrs
@@ -14,13 +16,18 @@ from sdk._retry import RetryPolicy
 from sdk._serde import decode_value, dumps, encode_value, loads, return_type
 from sdk.errors import FlowNotFound
 
-__all__ = ["RESERVED_OPTIONS", "FlowDef", "flow", "get_flow", "registered_flows"]
+__all__ = ["RESERVED_OPTIONS", "RESULT_GRACE", "FlowDef", "flow", "get_flow", "registered_flows"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
 #: Keyword names `Client.start` takes for itself; a flow parameter may not use them.
 RESERVED_OPTIONS = frozenset({"run_id", "priority", "queue", "tenant_id", "options"})
+
+#: Seconds a run deleted on success (``@flow(delete_on_success=True)``) keeps a
+#: tombstone (its record without arguments) and its done notice, so that
+#: `RunHandle.result()` still returns its result; measured on the worker's clock.
+RESULT_GRACE = 300.0
 
 _REGISTRY: dict[str, FlowDef] = {}
 
@@ -36,6 +43,8 @@ class FlowDef:
     queue: str
     signature: inspect.Signature
     optional_checkpoints: bool = False
+    delete_on_success: bool = False
+    retention: float | None = None  # seconds a completed or canceled run is kept
     _hints: dict[str, Any] | None = None
     _rtype: Any = attrs.field(default=None)
     _rtype_done: bool = False
@@ -139,6 +148,17 @@ class FlowDef:
         return self._rtype
 
 
+def _retention(fname: str, value: float | timedelta | None) -> float | None:
+    if value is None:
+        return None
+    secs = value.total_seconds() if isinstance(value, timedelta) else value
+    if isinstance(secs, bool) or not isinstance(secs, (int, float)):
+        raise TypeError(f"flow {fname!r}: retention must be seconds or a timedelta, got {value!r}")
+    if not math.isfinite(secs) or secs < 0:
+        raise ValueError(f"flow {fname!r}: retention must be >= 0 seconds, got {value!r}")
+    return float(secs)
+
+
 def registered_flows() -> dict[str, FlowDef]:
     """A snapshot of every registered flow, by name."""
     return dict(_REGISTRY)
@@ -170,6 +190,8 @@ def flow(
     retry: RetryPolicy | None = None,
     queue: str = "default",
     optional_checkpoints: bool = False,
+    delete_on_success: bool = False,
+    retention: float | timedelta | None = None,
 ) -> Callable[[Callable[P, Coroutine[Any, Any, R]]], Callable[P, Coroutine[Any, Any, R]]]: ...
 
 
@@ -182,6 +204,8 @@ def flow(
     retry: RetryPolicy | None = None,
     queue: str = "default",
     optional_checkpoints: bool = False,
+    delete_on_success: bool = False,
+    retention: float | timedelta | None = None,
 ) -> Any:
     """Declare a durable flow: an ``async def`` whose steps and waits are journaled.
 
@@ -192,6 +216,13 @@ def flow(
         queue: the queue its runs go to unless `Client.start` says otherwise.
         optional_checkpoints: also checkpoint (and log) when each step starts and
             when a retry is scheduled; costs one round trip per step.
+        delete_on_success: delete a run's data as it completes (in the same
+            script). Only a tombstone with its result stays for `RESULT_GRACE`
+            seconds, so `RunHandle.result()` still returns; `Client.get` raises
+            `RunNotFound` at once. Failed and canceled runs are kept.
+        retention: keep completed and canceled runs this long (seconds or a
+            `timedelta`) after they finish, then a worker deletes them. Default:
+            kept until `Client.delete`. Failed runs are always kept.
 
     Example::
 
@@ -216,7 +247,11 @@ def flow(
                 f"flow {fname!r}: parameter name(s) {sorted(clash)} are reserved for "
                 "Client.start options; rename them"
             )
-        fd = FlowDef(fname, fn, version, retry, queue, sig, optional_checkpoints)
+        keep = _retention(fname, retention)
+        fd = FlowDef(
+            fname, fn, version, retry, queue, sig, optional_checkpoints,
+            bool(delete_on_success), keep,
+        )  # fmt: skip
 
         @wrapt.decorator
         def passthrough(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:

@@ -52,6 +52,22 @@ class RetryPolicy:
         default=0.0, validator=[attrs.validators.ge(0), attrs.validators.le(1)]
     )
 
+    def to_json(self) -> str:
+        """JSON of the policy (exception types as ``module:qualname``)."""
+        from sdk._serde import dumps, type_path
+
+        data = attrs.asdict(self)
+        data["non_retryable"] = [type_path(t) for t in self.non_retryable]
+        return dumps(data)
+
+    @classmethod
+    def from_json(cls, text: str) -> RetryPolicy:
+        from sdk._serde import import_type, loads
+
+        data = loads(text)
+        data["non_retryable"] = tuple(import_type(p) for p in data.get("non_retryable", ()))
+        return cls(**data)
+
     def delay(self, failures: int) -> float:
         """Seconds to wait after the `failures`-th failed attempt."""
         base = min(self.initial_interval * self.backoff ** (failures - 1), self.max_interval)

@@ -15,6 +15,7 @@ import dataclasses
 import datetime as _dt
 import decimal
 import enum
+import hashlib
 import importlib
 import json
 import typing
@@ -34,8 +35,10 @@ __all__ = [
     "dumps",
     "encode_exception",
     "encode_value",
+    "import_type",
     "loads",
     "rebuild_exception",
+    "request_hash",
     "return_type",
     "type_path",
 ]
@@ -92,7 +95,7 @@ def type_path(tp: type) -> str:
     return f"{tp.__module__}:{tp.__qualname__}"
 
 
-def _import_type(path: str) -> type:
+def import_type(path: str) -> type:
     module, _, qualname = path.partition(":")
     obj: Any = importlib.import_module(module)
     for part in qualname.split("."):
@@ -204,7 +207,7 @@ def decode_value(data: Any, declared: Any, recorded_type: str | None, what: str)
         if declared is not None and declared is not Any:
             return converter.structure(data, declared)
         if recorded_type is not None:
-            return converter.structure(data, _import_type(recorded_type))
+            return converter.structure(data, import_type(recorded_type))
         return data
     except Exception as exc:
         raise SerializationError(f"{what}: cannot rebuild the stored value: {exc}") from exc
@@ -220,6 +223,18 @@ def return_type(fn: Callable[..., Any]) -> Any:
     if tp is None or tp is Any or tp is object or tp is type(None):
         return None
     return tp
+
+
+def request_hash(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    """A short, stable hash of a call's arguments (for the side-effect ledger)."""
+    try:
+        text = json.dumps(
+            converter.unstructure([list(args), kwargs]), sort_keys=True,
+            separators=(",", ":"), default=repr,
+        )  # fmt: skip
+    except Exception:
+        text = repr((args, sorted(kwargs.items())))
+    return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
 
 
 def encode_exception(exc: BaseException) -> dict[str, Any]:
@@ -244,7 +259,7 @@ def rebuild_exception(data: dict[str, Any], step_key: str | None) -> BaseExcepti
     if args is None:
         args = [message]
     try:
-        cls = _import_type(path)
+        cls = import_type(path)
     except Exception:
         return StepError(path, message, step_key)
     if not issubclass(cls, BaseException):

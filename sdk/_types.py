@@ -78,6 +78,8 @@ class Reason(enum.StrEnum):
     """The run's lease expired too many times without progress."""
     SERIALIZATION_ERROR = "serialization_error"
     """A result or argument could not be stored or rebuilt."""
+    IDEMPOTENCY_CONFLICT = "idempotency_conflict"
+    """A replayed or forked run reused a step with other arguments than recorded."""
 
     def __str__(self) -> str:
         return self.value
@@ -119,6 +121,8 @@ class EventType(enum.StrEnum):
     RUN_COMPLETED = "run.completed"
     RUN_FAILED = "run.failed"
     RUN_CANCELED = "run.canceled"
+    RUN_DELETED = "run.deleted"
+    """On the live feed only (`Client.follow`): the run's own log is deleted with it."""
 
     def __str__(self) -> str:
         return self.value
@@ -246,8 +250,10 @@ class RunRecord:
 
     Format 2 adds `thread_id`, `trace_id` (default: the run id), `environment`,
     `versions`, `policy_snapshot_id`, `checkpoint_head`,
-    `resume_from_checkpoint_id` and the lineage fields `source_run_id` /
-    `source_checkpoint_id`; a format-1 record reads with their defaults.
+    `resume_from_checkpoint_id` and the lineage fields `source_run_id`,
+    `source_checkpoint_id` and `root_run_id` (the first run of the lineage,
+    whose id starts every idempotency key); a format-1 record reads with
+    their defaults.
     """
 
     run_id: str
@@ -274,4 +280,5 @@ class RunRecord:
     resume_from_checkpoint_id: str | None = None
     source_run_id: str | None = None
     source_checkpoint_id: str | None = None
+    root_run_id: str | None = None
     format_version: int = RUN_FORMAT_VERSION

@@ -153,8 +153,9 @@ class Worker:
             act = None
         else:
             act = Activation(
-                self.engine, claim.run, Journal.from_raw(claim.journal), fd, claim.mail
-            )
+                self.engine, claim.run, Journal.from_raw(claim.journal), fd, claim.mail,
+                claim.lineage,
+            )  # fmt: skip
             task = asyncio.create_task(self._execute(act))
         self._inflight[run_id] = (task, act)  # type: ignore[assignment]
         task.add_done_callback(functools.partial(self._done, run_id))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import zlib
 
-__all__ = ["SUFFIX", "Keys"]
+__all__ = ["RUN_SUFFIXES", "SHARED_SUFFIXES", "SUFFIX", "Keys"]
 
 #: Key suffixes after the partition base. Lua gets the same table.
 SUFFIX = {
@@ -25,9 +25,11 @@ SUFFIX = {
     "approvers": "ap:",  # HASH  human mailbox -> who may decide, one per line (+ run id)
     "events": "ev:",  # STREAM the run's event log, capped (+ run id)
     "checkpoints": "cp:",  # STREAM the run's checkpoints (+ run id)
+    "lineage": "ln:",  # HASH  step key -> reusable record of the source runs (+ run id)
     "jseq": "js:",  # HASH  step key -> journal write sequence of its record (+ run id)
     "feed": "feed",  # STREAM every run's events, capped: for live followers
     "done": "done:",  # LIST  the final status once finished, for waiters (+ run id)
+    "gone": "gone:",  # HASH  a run deleted on success, for result() until its grace ends (+ run id)
     "queue": "q:",  # ZSET  ready runs, score = priority * 2^40 + seq (+ queue)
     "wake": "wake:",  # LIST  wake-up tokens (+ queue, or "*" for any queue)
     "status": "idx:",  # ZSET  runs by created_at, per status (+ status)
@@ -36,7 +38,21 @@ SUFFIX = {
     "timers": "timers",  # ZSET  run id -> earliest deadline
     "leases": "leases",  # ZSET  run id -> lease expiry
     "runs": "runs",  # ZSET  every run id -> created_at
+    "expiry": "expiry",  # ZSET  run id -> when its data is deleted (retention, tombstones)
 }
+
+#: The suffixes of the keys that belong to one run (base + suffix + run id):
+#: deleting a run deletes all of them, plus its mailboxes (named in "mailboxes").
+#: Every SUFFIX entry is either here, "mailbox", or in SHARED_SUFFIXES.
+RUN_SUFFIXES = (
+    "run", "journal", "mailboxes", "dedup", "waits", "approvers", "events",
+    "checkpoints", "lineage", "jseq", "done", "gone",
+)  # fmt: skip
+
+#: The suffixes of the keys a partition's runs share (indexes, queues, feed).
+SHARED_SUFFIXES = (
+    "feed", "queue", "wake", "status", "queues", "seq", "timers", "leases", "runs", "expiry",
+)  # fmt: skip
 
 
 class Keys:
@@ -80,6 +96,12 @@ class Keys:
 
     def done(self, run_id: str) -> str:
         return self.base_of(run_id) + SUFFIX["done"] + run_id
+
+    def gone(self, run_id: str) -> str:
+        return self.base_of(run_id) + SUFFIX["gone"] + run_id
+
+    def expiry(self, partition: int) -> str:
+        return self.base(partition) + SUFFIX["expiry"]
 
     def wake(self, partition: int, queue: str | None) -> str:
         return self.base(partition) + SUFFIX["wake"] + (queue or "*")

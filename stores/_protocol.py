@@ -17,6 +17,7 @@ from sdk._types import RunOptions, RunRecord, RunStatus
 
 __all__ = [
     "Claim",
+    "Lineage",
     "NewRun",
     "RawEvent",
     "StartOutcome",
@@ -43,6 +44,20 @@ class NewRun:
     options: RunOptions = attrs.field(factory=RunOptions)
     source_run_id: str | None = None
     source_checkpoint_id: str | None = None
+    root_run_id: str | None = None
+    retry: str | None = None  # JSON of a RetryPolicy that replaces the flow's default
+    retention: float | None = None  # seconds a completed or canceled run is kept (the flow's)
+
+
+@attrs.frozen
+class Lineage:
+    """What a replay or fork reads of its source, in one round trip."""
+
+    run: StoredRun
+    journal: dict[str, str]
+    jseq: dict[str, str]
+    lineage: dict[str, str]
+    checkpoints: list[dict[str, str]]
 
 
 @attrs.frozen
@@ -63,6 +78,7 @@ class StoredRun:
     fence: int
     result_type: str | None
     raw_result: str | None
+    retry: str | None = None  # JSON RetryPolicy replacing the flow's default (a fork's)
 
 
 @attrs.frozen
@@ -73,6 +89,7 @@ class Claim:
     run: StoredRun
     journal: dict[str, str]
     mail: frozenset[str] = frozenset()
+    lineage: dict[str, str] = attrs.field(factory=dict)
 
 
 @attrs.frozen
@@ -103,6 +120,24 @@ class Store(Protocol):
         ...
 
     async def get_run(self, run_id: str) -> StoredRun | None: ...
+
+    async def read_lineage(self, run_id: str) -> Lineage | None:
+        """A run with its journal, journal sequence, lineage and checkpoints."""
+        ...
+
+    async def derive_run(
+        self,
+        new: NewRun,
+        journal: Sequence[tuple[str, str]],
+        lineage: Sequence[tuple[str, str]],
+        event_type: str,
+        event_data: str,
+    ) -> None:
+        """Create a replayed/forked run seeded with `journal` and `lineage` records.
+
+        Raises `IdempotencyConflict` if the new run id exists.
+        """
+        ...
 
     async def list_runs(
         self, status: RunStatus | None, flow: str | None, limit: int
@@ -196,7 +231,14 @@ class Store(Protocol):
         fields: dict[str, str],
         *,
         event_data: str = "",
-    ) -> None: ...
+        retention: float | None = None,
+        delete_until: float | None = None,
+    ) -> None:
+        """End a run. A completed or canceled run gets an expiry `retention` seconds
+        after `now` (default: the retention recorded at start, if any). With
+        `delete_until`, a completed run is deleted at once, leaving only a
+        tombstone (`get_tombstone`) and its done notice until that time."""
+        ...
 
     async def release(self, run_id: str, fence: int) -> None: ...
 
@@ -207,7 +249,8 @@ class Store(Protocol):
     async def tick(
         self, now: float, max_recoveries: int, recovery_error: str, limit: int = 100
     ) -> TickResult:
-        """Fire due timers and recover expired leases (every partition)."""
+        """Fire due timers, recover expired leases and delete runs whose retention
+        ended (up to `limit` of each, every partition)."""
         ...
 
     async def signal(
@@ -233,6 +276,17 @@ class Store(Protocol):
     async def cancel(
         self, run_id: str, reason: str, now: float, *, event_data: str = ""
     ) -> None: ...
+
+    async def delete(self, run_id: str, now: float, *, event_data: str = "") -> None:
+        """Delete a finished run: every key of it and its index entries; the
+        ``run.deleted`` event goes to the feed only. `InvalidTransition` for a run
+        that has not finished (nothing is deleted), `RunNotFound` for none."""
+        ...
+
+    async def get_tombstone(self, run_id: str) -> StoredRun | None:
+        """What is left of a run deleted on success (its record without arguments)
+        until its grace period ends; None otherwise."""
+        ...
 
     async def resume(
         self, run_id: str, discard_key: str | None, *, now: float = 0.0, event_data: str = ""

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from sdk._lifecycle import TRANSITIONS
 from sdk._types import RunStatus
-from stores._keys import SUFFIX
+from stores._keys import RUN_SUFFIXES, SUFFIX
 
 __all__ = ["build_scripts"]
 
@@ -29,10 +29,12 @@ def _lua_table() -> str:
         for src, dsts in TRANSITIONS.items()
     )
     terminal = ", ".join(f"{s.value}=true" for s in RunStatus if s.is_terminal)
+    run_keys = ", ".join(repr(name) for name in RUN_SUFFIXES)
     return (
         f"local K = {{{suffixes}}}\n"
         f"local ALLOWED = {{{allowed}}}\n"
         f"local TERMINAL = {{{terminal}}}\n"
+        f"local RUN_KEYS = {{{run_keys}}}\n"
     )
 
 
@@ -58,6 +60,11 @@ local function move(id, to, explicit)
       return err('transition', from, to)
     end
     redis.call('ZREM', P .. K.status .. from, id)
+  else
+    -- a new run: drop what a deleted run of the same id left for its
+    -- result() waiters (tombstone, done notice), or it would look finished
+    redis.call('UNLINK', P .. K.gone .. id, P .. K.done .. id)
+    redis.call('ZREM', P .. K.expiry, id)
   end
   redis.call('HSET', key, 'status', to)
   redis.call('ZADD', P .. K.status .. to, redis.call('HGET', key, 'created_at'), id)
@@ -140,6 +147,58 @@ local function finished(id, status)
   redis.call('RPUSH', P .. K.done .. id, status)
 end
 
+-- Retention. Delete every key of a run (RUN_KEYS and its mailboxes) and take
+-- it off every index. UNLINK: a long journal or event log is freed lazily.
+local function purge(id)
+  local key = rk(id)
+  local st, q = unpack(redis.call('HMGET', key, 'status', 'queue'))
+  if st then redis.call('ZREM', P .. K.status .. st, id) end
+  if q then redis.call('ZREM', P .. K.queue .. q, id) end
+  for _, z in ipairs({K.runs, K.timers, K.leases, K.expiry}) do redis.call('ZREM', P .. z, id) end
+  for _, name in ipairs(redis.call('SMEMBERS', P .. K.mailboxes .. id)) do
+    redis.call('UNLINK', mbk(id, name))
+  end
+  local doomed = {}
+  for _, s in ipairs(RUN_KEYS) do doomed[#doomed + 1] = P .. K[s] .. id end
+  redis.call('UNLINK', unpack(doomed))
+end
+
+-- Delete a finished run. Its own event log goes with it, so the deletion is
+-- announced on the feed only (the event is written, then purged).
+local function delete_run(id, now, data)
+  emit(id, 'run.deleted', now, '', data)
+  purge(id)
+end
+
+-- Schedule the deletion of a completed or canceled run `retention` seconds
+-- after `now` (default: the retention recorded when it started, if any). A
+-- failed run is never scheduled: it is kept until deleted explicitly.
+local function expire(id, now, retention)
+  local key = rk(id)
+  local st = redis.call('HGET', key, 'status')
+  if st ~= 'completed' and st ~= 'canceled' then return end
+  if not retention or retention == '' then retention = redis.call('HGET', key, 'retention') end
+  if not retention then return end
+  local at = string.format('%.17g', tonumber(now) + tonumber(retention))
+  redis.call('HSET', key, 'expires_at', at)
+  redis.call('ZADD', P .. K.expiry, at, id)
+end
+
+-- delete_on_success: delete a completed run at once, but keep its record
+-- (without its arguments) as a tombstone and its done notice until `grace`,
+-- so that result() waiters still get the result.
+local function entomb(id, now, grace)
+  local h = redis.call('HGETALL', rk(id))
+  local kept = {'args', ''}
+  for i = 1, #h, 2 do
+    if h[i] ~= 'args' then kept[#kept + 1] = h[i]; kept[#kept + 1] = h[i + 1] end
+  end
+  delete_run(id, now, '{"reason":"delete_on_success"}')
+  redis.call('HSET', P .. K.gone .. id, unpack(kept))
+  finished(id, 'completed')
+  redis.call('ZADD', P .. K.expiry, grace, id)
+end
+
 local function wake_run(id)
   local e = move(id, 'running')
   if e then return e end
@@ -183,6 +242,20 @@ local function maintain(now, limit, max_recoveries, recovery_error)
       recovered = recovered + 1
     end
   end
+  -- Retention: delete runs whose time is up, and tombstones whose grace is.
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', P .. K.expiry, '-inf', now, 'LIMIT', 0, limit)) do
+    local key = rk(id)
+    local st = redis.call('HGET', key, 'status')
+    local at = redis.call('HGET', key, 'expires_at')
+    if not st then
+      redis.call('UNLINK', P .. K.gone .. id, P .. K.done .. id)
+      redis.call('ZREM', P .. K.expiry, id)
+    elseif (st == 'completed' or st == 'canceled') and at and tonumber(at) <= tonumber(now) then
+      delete_run(id, now, '{"reason":"retention"}')
+    else
+      redis.call('ZREM', P .. K.expiry, id)  -- stale: the run was resumed
+    end
+  end
   local nt = redis.call('ZRANGE', P .. K.timers, 0, 0, 'WITHSCORES')
   local nl = redis.call('ZRANGE', P .. K.leases, 0, 0, 'WITHSCORES')
   return fired, recovered, nt[2] or '', nl[2] or ''
@@ -203,7 +276,7 @@ end
 
 -- Take up to `limit` ready runs (lowest score first across `queues`; every
 -- queue when `every`), lease them to `owner`, and return for each its run
--- hash, its whole journal and its non-empty mailboxes.
+-- hash, its whole journal, its non-empty mailboxes and its lineage records.
 local function take(owner, now, expiry, limit, queues, every, served)
   if every then queues = redis.call('SMEMBERS', P .. K.queues) end
   local out = {}
@@ -240,6 +313,7 @@ local function take(owner, now, expiry, limit, queues, every, served)
         if redis.call('LLEN', mbk(best, name)) > 0 then mail[#mail + 1] = name end
       end
       out[#out + 1] = mail
+      out[#out + 1] = redis.call('HGETALL', P .. K.lineage .. best)
       n = n + 1
     end
   end
@@ -288,6 +362,36 @@ enqueue(id)
 return {1, 'pending'}
 """
 
+
+# KEYS: the new run, its journal. ARGV: P, id, args_hash, event type, event data,
+#       n fields, (field, value) * n, n records, (key, record) * n,
+#       (key, lineage record) ...
+# Creates a replayed or forked run: its journal holds the source's records up
+# to the checkpoint; the source's later results wait in its lineage hash.
+_DERIVE = r"""
+local key, id = KEYS[1], ARGV[2]
+if redis.call('EXISTS', key) == 1 then return err('exists') end
+local nf = tonumber(ARGV[6])
+local i = 7
+for _ = 1, nf do
+  redis.call('HSET', key, ARGV[i], ARGV[i + 1])
+  i = i + 2
+end
+redis.call('HSET', key, 'args_hash', ARGV[3])
+local nj = tonumber(ARGV[i])
+i = i + 1
+for _ = 1, nj do
+  journaled(id, KEYS[2], ARGV[i], ARGV[i + 1])
+  i = i + 2
+end
+for j = i, #ARGV, 2 do redis.call('HSET', P .. K.lineage .. id, ARGV[j], ARGV[j + 1]) end
+move(id, 'pending')
+local created = redis.call('HGET', key, 'created_at')
+redis.call('ZADD', P .. K.runs, created, id)
+emit(id, ARGV[4], created, '', ARGV[5])
+enqueue(id)
+return {1}
+"""
 
 # ARGV: P, owner, now, expiry, limit, n, flow * n, [queue ...] (see scope_args)
 _CLAIM = r"""
@@ -394,20 +498,27 @@ end
 return 1
 """
 
-# KEYS: run. ARGV: P, id, fence, status, now, event data, field, value, ...
+# KEYS: run. ARGV: P, id, fence, status, now, event data,
+#       delete on success: the tombstone's deadline|'', retention seconds|'',
+#       field, value, ...
 _FINISH = r"""
 local id = ARGV[2]
 if not fenced(id, ARGV[3]) then return -1 end
 local e = move(id, ARGV[4])
 if e then return e end
 local fields = {'finished_at', ARGV[5]}
-for i = 7, #ARGV do fields[#fields + 1] = ARGV[i] end
+for i = 9, #ARGV do fields[#fields + 1] = ARGV[i] end
 redis.call('HSET', KEYS[1], unpack(fields))
 redis.call('HINCRBY', KEYS[1], 'fence', 1)
 unqueue(id)
 emit(id, 'run.' .. ARGV[4], ARGV[5], '', ARGV[6])
 checkpoint(id, 'run_finished', '', ARGV[4], ARGV[5])
+if ARGV[4] == 'completed' and ARGV[7] ~= '' then
+  entomb(id, ARGV[5], ARGV[7])
+  return 1
+end
 finished(id, ARGV[4])
+expire(id, ARGV[5], ARGV[8])
 return 1
 """
 
@@ -497,6 +608,17 @@ unqueue(id)
 emit(id, 'run.canceled', ARGV[4], '', ARGV[5])
 checkpoint(id, 'run_finished', '', 'canceled', ARGV[4])
 finished(id, 'canceled')
+expire(id, ARGV[4])
+return {1}
+"""
+
+# KEYS: run. ARGV: P, id, now, event data. Deletes a finished run and every
+# key of it; a run that has not finished is refused (nothing is deleted).
+_DELETE = r"""
+local st = redis.call('HGET', KEYS[1], 'status')
+if not st then return err('not_found') end
+if not TERMINAL[st] then return err('not_terminal', st) end
+delete_run(ARGV[2], ARGV[3], ARGV[4])
 return {1}
 """
 
@@ -519,7 +641,9 @@ if ARGV[3] ~= '' then
 end
 local head = tonumber(redis.call('HGET', KEYS[1], 'checkpoint_head') or '0')
 if TERMINAL[st] and head > 0 then head = head - 1 end
-redis.call('HDEL', KEYS[1], 'result', 'result_type', 'error', 'reason', 'finished_at')
+redis.call('HDEL', KEYS[1], 'result', 'result_type', 'error', 'reason', 'finished_at',
+           'expires_at')
+redis.call('ZREM', P .. K.expiry, id)
 redis.call('HSET', KEYS[1], 'recoveries', '0', 'resume_from_checkpoint_id', head)
 redis.call('DEL', P .. K.done .. id)
 move(id, 'running', true)
@@ -532,6 +656,7 @@ return {1}
 
 _BODIES: dict[str, str] = {
     "start": _START,
+    "derive": _DERIVE,
     "claim": _CLAIM,
     "tick": _TICK,
     "poll": _POLL,
@@ -546,6 +671,7 @@ _BODIES: dict[str, str] = {
     "signal": _SIGNAL,
     "cancel": _CANCEL,
     "resume": _RESUME,
+    "delete": _DELETE,
 }
 
 

@@ -28,9 +28,10 @@ from sdk.errors import (
     NotWaiting,
     RunNotFound,
 )
-from stores._keys import Keys
+from stores._keys import SUFFIX, Keys
 from stores._protocol import (
     Claim,
+    Lineage,
     NewRun,
     RawEvent,
     StartOutcome,
@@ -89,10 +90,12 @@ def parse_run(run_id: str, h: dict[str, str]) -> StoredRun:
         resume_from_checkpoint_id=_nonzero(h.get("resume_from_checkpoint_id")),
         source_run_id=h.get("source_run_id") or None,
         source_checkpoint_id=h.get("source_checkpoint_id") or None,
+        root_run_id=h.get("root_run_id") or run_id,
         format_version=int(h.get("v", 1)),
     )
     return StoredRun(
         record=record,
+        retry=h.get("retry") or None,
         args=h["args"],
         fence=int(h.get("fence", 0)),
         result_type=h.get("result_type") or None,
@@ -115,11 +118,18 @@ def _scope(flows: Sequence[str] | None, queues: Sequence[str] | None) -> list[st
 
 
 def _claims(reply: list[Any]) -> list[Claim]:
-    """Claims from a claim/poll reply: (run hash, journal, non-empty mailboxes) per run."""
+    """Claims from a claim/poll reply: run hash, journal, non-empty mailboxes, lineage."""
     out = []
-    for i in range(0, len(reply), 3):
+    for i in range(0, len(reply), 4):
         h = _flat(reply[i])
-        out.append(Claim(parse_run(h["id"], h), _flat(reply[i + 1]), frozenset(reply[i + 2])))
+        out.append(
+            Claim(
+                parse_run(h["id"], h),
+                _flat(reply[i + 1]),
+                frozenset(reply[i + 2]),
+                _flat(reply[i + 3]),
+            )
+        )
     return out
 
 
@@ -135,8 +145,9 @@ class RedisStore:
             (trimmed in blocks of ~100; at least 100).
         feed_length: the live feed of all runs' events keeps about this many per
             partition.
-        blocking_client: a client for blocking reads (BLPOP, XREAD BLOCK), which
-            hold a connection for seconds; default `client`. `from_url` gives
+        blocking_client: a client for blocking reads (BLPOP wake-ups, BRPOPLPUSH
+            result waits, XREAD of the feed), which hold a connection for
+            seconds; default `client`. `from_url` gives
             them a pool of their own.
 
     Example::
@@ -185,7 +196,8 @@ class RedisStore:
         kwargs.setdefault("socket_keepalive", True)
         # No read timeout on commands by default: any socket timeout makes
         # redis-py wrap every read in asyncio.wait_for (~14 µs a step write).
-        # Blocking reads (BLPOP, XREAD BLOCK) wait up to 5 s: their pool gets 30 s.
+        # Blocking reads (BLPOP, BRPOPLPUSH, XREAD of the feed) wait up to 5 s:
+        # their pool gets 30 s.
         command_timeout = kwargs.pop("socket_timeout", None)
         # Options of the store itself, not of the connection pool.
         caps = {k: kwargs.pop(k) for k in ("max_events_per_run", "feed_length") if k in kwargs}
@@ -247,6 +259,8 @@ class RedisStore:
                 raise RunNotFound(run_id)
             if code == "transition":
                 raise InvalidTransition(run_id, RunStatus(reply[2]), RunStatus(reply[3]))
+            if code == "not_terminal":
+                raise InvalidTransition(run_id, RunStatus(reply[2]), "deleted")
             if code == "not_waiting":
                 raise NotWaiting(run_id, RunStatus(reply[2]))
             if code == "forbidden":
@@ -289,6 +303,9 @@ class RedisStore:
         for name, value in optional.items():
             if value is not None:
                 fields += [name, value]
+        fields += self._lineage_fields(new)
+        if new.retention is not None:
+            fields += ["retention", _num(new.retention)]
         if new.options.versions != Versions():
             fields += ["versions", dumps(converter.unstructure(new.options.versions))]
         event = dumps({"flow": new.flow, "queue": new.queue, "priority": new.priority})
@@ -302,6 +319,71 @@ class RedisStore:
                 f"run {new.run_id!r} already exists with different arguments or flow"
             )
         return StartOutcome(created=code == 1, status=RunStatus(status))
+
+    @staticmethod
+    def _lineage_fields(new: NewRun) -> list[str]:
+        fields: list[str] = []
+        for name in ("root_run_id", "retry"):
+            value = getattr(new, name)
+            if value is not None:
+                fields += [name, value]
+        return fields
+
+    async def read_lineage(self, run_id: str) -> Lineage | None:
+        k = self.keys
+        base = k.base_of(run_id)
+        async with self.client.pipeline(transaction=False) as pipe:
+            pipe.hgetall(k.run(run_id))
+            pipe.hgetall(k.journal(run_id))
+            pipe.hgetall(base + SUFFIX["jseq"] + run_id)
+            pipe.hgetall(base + SUFFIX["lineage"] + run_id)
+            pipe.xrange(k.checkpoints(run_id), "-", "+")
+            h, journal, jseq, lineage, cps = await pipe.execute()
+        if not h:
+            return None
+        return Lineage(parse_run(run_id, h), journal, jseq, lineage, [f for _, f in cps])
+
+    async def derive_run(
+        self,
+        new: NewRun,
+        journal: Sequence[tuple[str, str]],
+        lineage: Sequence[tuple[str, str]],
+        event_type: str,
+        event_data: str,
+    ) -> None:
+        k = self.keys
+        fields: list[str] = [
+            "v", str(RUN_FORMAT_VERSION), "id", new.run_id, "flow", new.flow, "args", new.args,
+            "queue", new.queue, "priority", str(new.priority),
+            "created_at", _num(new.created_at), "fence", "0", "recoveries", "0",
+            "trace_id", new.options.trace_id or new.run_id,
+        ]  # fmt: skip
+        optional = {
+            "flow_version": new.flow_version,
+            "tenant_id": new.tenant_id,
+            "thread_id": new.options.thread_id,
+            "environment": new.options.environment,
+            "policy_snapshot_id": new.options.policy_snapshot_id,
+            "source_run_id": new.source_run_id,
+            "source_checkpoint_id": new.source_checkpoint_id,
+        }
+        fields += [x for name, v in optional.items() if v is not None for x in (name, v)]
+        fields += self._lineage_fields(new)
+        if new.options.versions != Versions():
+            fields += ["versions", dumps(converter.unstructure(new.options.versions))]
+        reply = await self._call(
+            "derive",
+            [k.run(new.run_id), k.journal(new.run_id)],
+            [
+                k.base_of(new.run_id), new.run_id, new.args_hash, event_type, event_data,
+                str(len(fields) // 2), *fields,
+                str(len(journal)), *(x for pair in journal for x in pair),
+                *(x for pair in lineage for x in pair),
+            ],
+        )  # fmt: skip
+        if isinstance(reply, list) and reply and reply[0] == "err" and reply[1] == "exists":
+            raise IdempotencyConflict(f"run {new.run_id!r} already exists")
+        self._raise(new.run_id, reply)
 
     async def get_run(self, run_id: str) -> StoredRun | None:
         h: Any = await self.client.hgetall(self.keys.run(run_id))
@@ -481,14 +563,20 @@ class RedisStore:
         fields: dict[str, str],
         *,
         event_data: str = "",
+        retention: float | None = None,
+        delete_until: float | None = None,
     ) -> None:
         k = self.keys
         flat = [x for pair in fields.items() for x in pair]
         reply = await self._call(
             "finish",
             [k.run(run_id)],
-            [k.base_of(run_id), run_id, str(fence), status.value, _num(now), event_data, *flat],
-        )
+            [
+                k.base_of(run_id), run_id, str(fence), status.value, _num(now), event_data,
+                "" if delete_until is None else _num(delete_until),
+                "" if retention is None else _num(retention), *flat,
+            ],
+        )  # fmt: skip
         if reply == -1:
             raise LeaseLost(f"run {run_id!r}: lease lost; its {status.value} outcome was dropped")
         self._raise(run_id, reply)
@@ -573,6 +661,19 @@ class RedisStore:
             "audit", [k.run(run_id)], [k.base_of(run_id), run_id, event_type, _num(now), event_data]
         )
         self._raise(run_id, reply)
+
+    # -- retention ---------------------------------------------------------------
+
+    async def delete(self, run_id: str, now: float, *, event_data: str = "") -> None:
+        k = self.keys
+        reply = await self._call(
+            "delete", [k.run(run_id)], [k.base_of(run_id), run_id, _num(now), event_data]
+        )
+        self._raise(run_id, reply)
+
+    async def get_tombstone(self, run_id: str) -> StoredRun | None:
+        h: Any = await self.client.hgetall(self.keys.gone(run_id))
+        return parse_run(run_id, h) if h else None
 
     # -- event log and checkpoints ------------------------------------------------
 
