@@ -19,6 +19,7 @@ again (after a crash, a deploy, a signal, a timer) skips what it already did.
 from sdk._client import Authorizer, Client, RunHandle
 from sdk._clock import Clock, SystemClock
 from sdk._context import RunContext, StepContext, current_run, current_step
+from sdk._outbox import Intent, IntentStatus, channel, emit
 from sdk._primitives import now, sleep, sleep_until, uuid4, wait_for
 from sdk._registry import flow
 from sdk._retry import RetryPolicy
@@ -48,6 +49,8 @@ __all__ = [
     "ErrorInfo",
     "Event",
     "EventType",
+    "Intent",
+    "IntentStatus",
     "Reason",
     "RetryPolicy",
     "RunContext",
@@ -59,8 +62,10 @@ __all__ = [
     "SystemClock",
     "Versions",
     "Worker",
+    "channel",
     "current_run",
     "current_step",
+    "emit",
     "flow",
     "now",
     "sleep",

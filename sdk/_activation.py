@@ -16,7 +16,7 @@ import contextlib
 import inspect
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +48,7 @@ from sdk.errors import (
 )
 
 if TYPE_CHECKING:
+    from sdk._outbox import NewIntent
     from sdk._registry import FlowDef
     from stores._protocol import Store, StoredRun
 
@@ -261,14 +262,20 @@ class Activation:
         except Exception as exc:
             raise self._store_failed(exc, key) from exc
 
-    async def _write(self, rec: Record, event: StepEvent | None = None) -> None:
+    async def _write(
+        self, rec: Record, event: StepEvent | None = None, intents: Sequence[NewIntent] = ()
+    ) -> None:
         event = event or self._announce(rec)
-        await self._guarded(
-            rec.key,
-            self.store.record(
+        if intents:  # the step's outbox intents, in the same script as its result
+            call = self.store.record_out(
+                self.run_id, self.fence, rec.key, rec.to_json(), intents,
+                now=self.clock.time(), event=event,
+            )  # fmt: skip
+        else:
+            call = self.store.record(
                 self.run_id, self.fence, rec.key, rec.to_json(), now=self.clock.time(), event=event
-            ),
-        )
+            )
+        await self._guarded(rec.key, call)
         self.journal.put(rec)
 
     def _announce(self, rec: Record) -> StepEvent | None:
@@ -406,9 +413,8 @@ class Activation:
                 await self._guarded(
                     key, self.store.mark(self.run_id, self.fence, key, self.clock.time())
                 )
-            token = _step_var.set(
-                StepContext(self.run_id, key, attempts + 1, f"{self._key_root}:{key}")
-            )
+            ctx = StepContext(self.run_id, key, attempts + 1, f"{self._key_root}:{key}")
+            token = _step_var.set(ctx)
             try:
                 value = fn(*args, **kwargs)
                 if isinstance(value, Awaitable):
@@ -440,7 +446,8 @@ class Activation:
                 raise _tag(exc, key, Reason.SERIALIZATION_ERROR.value) from None
             await self._write(
                 Record(key, pos, Kind.STEP, State.OK, value=data, type=tpath, attempts=attempts,
-                       rh=rh)
+                       rh=rh),
+                intents=ctx._intents,
             )  # fmt: skip
             return value
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from sdk._clock import Clock, SystemClock
 from sdk._journal import Kind, Record, State
+from sdk._outbox import Intent, IntentStatus
 from sdk._registry import FlowDef, flow_def_of, registered_flows
 from sdk._retry import RetryPolicy
 from sdk._serde import converter, decode_value, dumps, encode_value, loads
@@ -19,6 +20,7 @@ from sdk._types import (
     Checkpoint,
     CheckpointKind,
     Decision,
+    ErrorInfo,
     Event,
     Reason,
     RunOptions,
@@ -498,7 +500,7 @@ class Client:
         lineage: dict[str, str] = dict(source.lineage)  # the source's own, still unused
         for key, raw in source.journal.items():
             parsed = Record.from_json(raw)
-            if int(source.jseq.get(key, "0")) <= upto:
+            if int(source.jseq.get(key, "0").split(":", 1)[0]) <= upto:
                 # before the checkpoint: replayed as it is, except what waits again
                 if parsed.state in (State.OK, State.FAILED, State.TIMEOUT):
                     seed.append((key, raw))
@@ -536,6 +538,7 @@ class Client:
             run_opts, source_run_id=run_id, source_checkpoint_id=str(wanted),
             root_run_id=rec.root_run_id or run_id,
             retry=retry.to_json() if retry is not None else source.run.retry,
+            retention=fd.retention if (fd := registered_flows().get(rec.flow)) else None,
         )  # fmt: skip
         event = {
             "source_run_id": run_id, "source_checkpoint_id": str(wanted), "actor": actor,
@@ -578,31 +581,50 @@ class Client:
             for c in await self.store.checkpoints(run_id)
         ]
 
+    async def intents(self, run_id: str) -> list[Intent]:
+        """The run's outbox intents (`emit`), in the order they were recorded, with
+        their delivery status. Raises `RunNotFound` (also for a deleted run)."""
+        rows = await self.store.intents(run_id)
+        if rows is None:
+            raise RunNotFound(run_id)
+        return [_intent(run_id, iid, h) for iid, h in rows]
+
     async def follow(self, *, poll_timeout: float = 5.0) -> AsyncIterator[Event]:
         """Every run's events as they happen (from now on), for dashboards and tools.
 
         An endless async iterator; break out of it (or cancel the task) to stop.
-        The feed keeps about `feed_length` recent events per partition: a
-        follower that falls further behind misses the oldest.
+        Live only (Redis Pub/Sub): events published while no follower is
+        connected are not kept for it; each run's own log (`events`) is the
+        durable record, and the way to catch up.
 
         Example::
 
             async for event in client.follow():
                 print(event.run_id, event.type)
         """
-        cursors: dict[int, str] = {}
-        while True:
-            raw, cursors = await self.store.follow(cursors, poll_timeout, 100)
-            task = asyncio.current_task()
-            if task is not None and task.cancelling():
-                # Python 3.11's asyncio.wait_for (inside redis-py) can swallow a
-                # cancel that lands as a write completes; honour it here, or a
-                # canceled follower would poll forever.
-                raise asyncio.CancelledError
-            for r in raw:
-                yield _event(
-                    r, r.fields.pop("trace", None) or r.run_id, r.fields.pop("tenant", None) or None
-                )
+        subscription: Any = None
+        known: dict[str, tuple[str, str | None]] = {}  # run id -> (trace id, tenant id)
+        try:
+            while True:
+                raw, subscription = await self.store.follow(subscription, poll_timeout, 100)
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    # Python 3.11's asyncio.wait_for (inside redis-py) can swallow a
+                    # cancel that lands as a read completes; honour it here, or a
+                    # canceled follower would poll forever.
+                    raise asyncio.CancelledError
+                new = sorted({r.run_id for r in raw} - known.keys())
+                if new:
+                    known.update(await self.store.correlation(new))
+                    if len(known) > 10_000:  # a bounded cache: forget the oldest half
+                        for old in list(known)[:5_000]:
+                            del known[old]
+                for r in raw:
+                    trace, tenant = known.get(r.run_id, (r.run_id, None))
+                    yield _event(r, trace, tenant)
+        finally:
+            if subscription is not None:
+                await self.store.unfollow(subscription)
 
 
 _FORK_OPTIONS = frozenset(
@@ -610,6 +632,27 @@ _FORK_OPTIONS = frozenset(
      "trace_id", "versions", "policy_snapshot_id"}
 )  # fmt: skip
 _REUSABLE = (Kind.STEP, Kind.NOW, Kind.UUID)
+
+
+def _intent(run_id: str, intent_id: str, h: dict[str, str]) -> Intent:
+    body = loads(h["body"])
+    error = h.get("error")
+    due = h.get("due")
+    return Intent(
+        intent_id=intent_id,
+        run_id=run_id,
+        channel=h["channel"],
+        payload=body["payload"],
+        idempotency_key=body["idempotency_key"],
+        attempt=int(h.get("n", 0)),
+        created_at=datetime.fromtimestamp(float(body["created_at"]), UTC),
+        step_key=h.get("step", ""),
+        status=IntentStatus(h["status"]),
+        failures=int(h.get("f", 0)),
+        last_error=converter.structure(loads(error), ErrorInfo) if error else None,
+        updated_at=datetime.fromtimestamp(float(h["at"]), UTC) if "at" in h else None,
+        next_attempt_at=datetime.fromtimestamp(float(due), UTC) if due else None,
+    )
 
 
 def _event(raw: RawEvent, trace_id: str | None, tenant_id: str | None) -> Event:

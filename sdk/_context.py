@@ -16,6 +16,7 @@ from sdk.errors import NotInRunError
 
 if TYPE_CHECKING:
     from sdk._activation import Activation
+    from sdk._outbox import NewIntent
 
 __all__ = ["RunContext", "StepContext", "current_run", "current_step"]
 
@@ -45,6 +46,8 @@ class StepContext:
     key: str
     attempt: int
     idempotency_key: str
+    # This attempt's outbox intents (`emit`); written with the step's result only.
+    _intents: list[NewIntent] = attrs.field(init=False, factory=list, eq=False, repr=False)
 
 
 class _ReplayQuietLogger(logging.LoggerAdapter):  # type: ignore[type-arg]

@@ -18,6 +18,7 @@ import enum
 import hashlib
 import importlib
 import json
+import re
 import typing
 import uuid
 from collections.abc import Callable
@@ -225,15 +226,38 @@ def return_type(fn: Callable[..., Any]) -> Any:
     return tp
 
 
+# The request hash must be the same in every process: sets are sorted (their
+# order follows str hashes, randomized per process) and an object that is not
+# data counts by its repr without the memory address (a client, a connection).
+_hashing = converter.copy()
+_ADDRESS = re.compile(r" at 0x[0-9A-Fa-f]+")
+
+
+def _stable_repr(value: Any) -> str:
+    return _ADDRESS.sub("", repr(value))
+
+
+def _canonical(data: Any) -> str:
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), default=_stable_repr)
+
+
+def _is_set(tp: Any) -> bool:
+    origin = typing.get_origin(tp) or tp
+    return isinstance(origin, type) and issubclass(origin, (set, frozenset))
+
+
+_hashing.register_unstructure_hook_func(
+    _is_set, lambda v: sorted((_hashing.unstructure(x) for x in v), key=_canonical)
+)
+
+
 def request_hash(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
-    """A short, stable hash of a call's arguments (for the side-effect ledger)."""
+    """A short hash of a call's arguments (for the side-effect ledger), the same
+    in every process."""
     try:
-        text = json.dumps(
-            converter.unstructure([list(args), kwargs]), sort_keys=True,
-            separators=(",", ":"), default=repr,
-        )  # fmt: skip
+        text = _canonical(_hashing.unstructure([list(args), kwargs]))
     except Exception:
-        text = repr((args, sorted(kwargs.items())))
+        text = _stable_repr((args, sorted(kwargs.items())))
     return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
 
 

@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 from sdk._activation import Activation, Engine
 from sdk._clock import Clock, SystemClock
+from sdk._dispatch import Dispatcher
 from sdk._journal import Journal
+from sdk._outbox import ChannelDef, channel_def_of, registered_channels
 from sdk._registry import FlowDef, flow_def_of, registered_flows
 from sdk._serde import converter, dumps
 from sdk._types import ErrorInfo, Reason
@@ -49,6 +51,9 @@ class Worker:
         inline_backoff_max: retry backoffs up to this many seconds are slept
             in the activation; longer ones park the run on a durable timer.
         name: the lease owner's name (default ``host:pid:random``).
+        channels: the outbox channels to deliver (names or `channel` handlers);
+            default every channel registered in this process. The worker's
+            dispatcher delivers their intents, up to `concurrency` at once.
 
     Example::
 
@@ -69,6 +74,7 @@ class Worker:
         grace_period: float | None = None,
         inline_backoff_max: float = 1.0,
         name: str | None = None,
+        channels: Iterable[Callable[..., Any] | str] | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
@@ -91,6 +97,11 @@ class Worker:
             settle_timeout=self.lease_ttl,
         )
         self._inflight: dict[str, tuple[asyncio.Task[None], Activation]] = {}
+        self._channels = None if channels is None else [self._resolve_channel(c) for c in channels]
+        self.dispatcher = Dispatcher(
+            store, self.clock, self._served_channels,
+            concurrency=concurrency, lease_ttl=self.lease_ttl,
+        )  # fmt: skip
         self._stop = asyncio.Event()
         self._slot_freed = asyncio.Event()
         self._recovery_error = dumps(
@@ -112,6 +123,28 @@ class Worker:
         if fd is None:
             raise TypeError(f"{f!r} is not a @flow function")
         return fd.name
+
+    @staticmethod
+    def _resolve_channel(c: Callable[..., Any] | str) -> ChannelDef | str:
+        if isinstance(c, str):
+            return c
+        cdef = channel_def_of(c)
+        if cdef is None:
+            raise TypeError(f"{c!r} is not a @channel handler")
+        return cdef
+
+    def _served_channels(self) -> dict[str, ChannelDef]:
+        """Channels whose intents this worker delivers (names resolved at each poll)."""
+        registered = registered_channels()
+        if self._channels is None:
+            return registered
+        out: dict[str, ChannelDef] = {}
+        for c in self._channels:
+            if isinstance(c, ChannelDef):
+                out[c.name] = c
+            elif c in registered:
+                out[c] = registered[c]
+        return out
 
     def _served(self) -> list[str]:
         """Flow names this worker runs; runs of other flows stay queued for others."""
@@ -197,9 +230,10 @@ class Worker:
                 for run_id, (_, act) in self._inflight.items()
                 if act is not None and not act.crashed
             ]
-            if not leases:
-                continue
             try:
+                await self.dispatcher.renew(self.clock.time() + self.lease_ttl)
+                if not leases:
+                    continue
                 lost = await self.store.renew(leases, self.clock.time() + self.lease_ttl)
             except Exception:
                 log.exception("lease heartbeat failed; will try again")
@@ -224,13 +258,13 @@ class Worker:
         try:
             while True:
                 claimed, _ = await self._poll()
-                if claimed:
+                sending, _ = await self.dispatcher.poll()
+                if claimed or sending:
                     continue
-                if not self._inflight:
+                busy = [t for t, _ in self._inflight.values()] + self.dispatcher.tasks()
+                if not busy:
                     return
-                await asyncio.wait(
-                    [t for t, _ in self._inflight.values()], return_when=asyncio.FIRST_COMPLETED
-                )
+                await asyncio.wait(busy, return_when=asyncio.FIRST_COMPLETED)
         finally:
             hb.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -240,6 +274,7 @@ class Worker:
         """Serve until `stop()`: claim, execute, heartbeat, fire timers, recover."""
         self._stop.clear()
         hb = asyncio.create_task(self._heartbeat())
+        outbox = asyncio.create_task(self.dispatcher.serve(self._stop))
         log.info("worker %s started (%s)", self.owner, self.store.describe())
         backoff = 0.1
         try:
@@ -265,10 +300,13 @@ class Worker:
                     self._slot_freed.clear()
                     await self._sleep_or_stop(timeout, self._slot_freed)
         finally:
+            self._stop.set()  # ends the dispatcher's loop too
+            with contextlib.suppress(asyncio.CancelledError):
+                await outbox
             hb.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await hb
-            await self._drain()
+            await asyncio.gather(self._drain(), self.dispatcher.drain(self.grace_period))
             log.info("worker %s stopped", self.owner)
 
     async def _wait_ready(self, timeout: float) -> None:

@@ -27,7 +27,7 @@ SUFFIX = {
     "checkpoints": "cp:",  # STREAM the run's checkpoints (+ run id)
     "lineage": "ln:",  # HASH  step key -> reusable record of the source runs (+ run id)
     "jseq": "js:",  # HASH  step key -> journal write sequence of its record (+ run id)
-    "feed": "feed",  # STREAM every run's events, capped: for live followers
+    "feed": "feed",  # CHANNEL every run's events, published live (Pub/Sub, nothing stored)
     "done": "done:",  # LIST  the final status once finished, for waiters (+ run id)
     "gone": "gone:",  # HASH  a run deleted on success, for result() until its grace ends (+ run id)
     "queue": "q:",  # ZSET  ready runs, score = priority * 2^40 + seq (+ queue)
@@ -39,6 +39,13 @@ SUFFIX = {
     "leases": "leases",  # ZSET  run id -> lease expiry
     "runs": "runs",  # ZSET  every run id -> created_at
     "expiry": "expiry",  # ZSET  run id -> when its data is deleted (retention, tombstones)
+    # The outbox. An intent outlives its run until it is delivered: its hash is
+    # not a per-run key (deleting a run drops its settled intents only).
+    "intents": "obr:",  # SET   the run's outbox intent ids (+ run id)
+    "intent": "ob:",  # HASH  one intent: body JSON, run, channel, status, counts (+ intent id)
+    "outbox": "obq:",  # ZSET  pending intent id -> due time or lease expiry (+ channel)
+    "outbox_wake": "obw:",  # LIST  wake-up tokens for dispatchers (+ channel)
+    "intent_seq": "obseq",  # STRING intent id counter
 }
 
 #: The suffixes of the keys that belong to one run (base + suffix + run id):
@@ -46,12 +53,13 @@ SUFFIX = {
 #: Every SUFFIX entry is either here, "mailbox", or in SHARED_SUFFIXES.
 RUN_SUFFIXES = (
     "run", "journal", "mailboxes", "dedup", "waits", "approvers", "events",
-    "checkpoints", "lineage", "jseq", "done", "gone",
+    "checkpoints", "lineage", "jseq", "done", "gone", "intents",
 )  # fmt: skip
 
-#: The suffixes of the keys a partition's runs share (indexes, queues, feed).
+#: The suffixes of the keys a partition's runs share (indexes, queues, feed, outbox).
 SHARED_SUFFIXES = (
     "feed", "queue", "wake", "status", "queues", "seq", "timers", "leases", "runs", "expiry",
+    "intent", "outbox", "outbox_wake", "intent_seq",
 )  # fmt: skip
 
 
@@ -111,6 +119,15 @@ class Keys:
 
     def all_runs(self, partition: int) -> str:
         return self.base(partition) + SUFFIX["runs"]
+
+    def intents(self, run_id: str) -> str:
+        return self.base_of(run_id) + SUFFIX["intents"] + run_id
+
+    def intent(self, partition: int, intent_id: str) -> str:
+        return self.base(partition) + SUFFIX["intent"] + intent_id
+
+    def outbox_wake(self, partition: int, channel: str) -> str:
+        return self.base(partition) + SUFFIX["outbox_wake"] + channel
 
     def pattern(self) -> str:
         """A SCAN pattern matching every key of this deployment."""

@@ -13,11 +13,14 @@ from typing import Any, Protocol
 import attrs
 
 from sdk._journal import StepEvent
+from sdk._outbox import NewIntent
 from sdk._types import RunOptions, RunRecord, RunStatus
 
 __all__ = [
     "Claim",
+    "IntentClaim",
     "Lineage",
+    "NewIntent",
     "NewRun",
     "RawEvent",
     "StartOutcome",
@@ -107,6 +110,21 @@ class TickResult:
     fired: int
     recovered: int
     next_due: float | None
+
+
+@attrs.frozen
+class IntentClaim:
+    """An outbox intent leased to a dispatcher for one delivery.
+
+    `delivery` is its delivery number (the fencing token of `settle_intent`);
+    `failures` the failed deliveries before this one; `body` the intent's JSON.
+    """
+
+    intent_id: str
+    run_id: str
+    body: str
+    delivery: int
+    failures: int
 
 
 class Store(Protocol):
@@ -300,11 +318,20 @@ class Store(Protocol):
         """A run's checkpoints, oldest first (fields: id, kind, step, status, at, seq)."""
         ...
 
+    async def correlation(self, run_ids: Sequence[str]) -> dict[str, tuple[str, str | None]]:
+        """(trace id, tenant id) of each known run, in one round trip."""
+        ...
+
     async def follow(
-        self, cursors: dict[int, str], timeout: float, count: int
-    ) -> tuple[list[RawEvent], dict[int, str]]:
-        """Events of every run after `cursors` (partition -> feed id; "$" for "from now"),
-        blocking up to `timeout`; returns them and the advanced cursors."""
+        self, subscription: Any, timeout: float, count: int
+    ) -> tuple[list[RawEvent], Any]:
+        """Events of every run published since `subscription` was made (None: make one
+        now), waiting up to `timeout` for the first; returns them and the subscription.
+        Live only: what is published while nobody is subscribed is not kept."""
+        ...
+
+    async def unfollow(self, subscription: Any) -> None:
+        """Close a subscription `follow` made."""
         ...
 
     async def wait_ready(self, queues: Sequence[str] | None, timeout: float) -> bool:
@@ -316,6 +343,55 @@ class Store(Protocol):
 
         Returns at once for a run that finished and was not resumed since.
         """
+        ...
+
+    # -- outbox --------------------------------------------------------------------
+
+    async def record_out(
+        self,
+        run_id: str,
+        fence: int,
+        key: str,
+        record: str,
+        intents: Sequence[NewIntent],
+        *,
+        now: float = 0.0,
+        event: StepEvent | None = None,
+    ) -> None:
+        """`record` plus the step's outbox intents, in the same script (one round trip)."""
+        ...
+
+    async def claim_intents(
+        self, channels: Sequence[str], limit: int, now: float, lease_ttl: float
+    ) -> tuple[list[IntentClaim], float | None]:
+        """Lease up to `limit` due intents of `channels` for `lease_ttl` seconds; also
+        when the next one is due (or a lease ends). One round trip per partition."""
+        ...
+
+    async def settle_intent(
+        self,
+        claim: IntentClaim,
+        outcome: str,
+        now: float,
+        *,
+        due: float | None = None,
+        error: str = "",
+        event_data: str = "",
+    ) -> bool:
+        """End a delivery: ``sent``, ``retry`` (at `due`), ``dead`` or ``release``.
+        False when the delivery no longer owns the intent (nothing changed)."""
+        ...
+
+    async def renew_intents(self, claims: Sequence[IntentClaim], expiry: float) -> list[str]:
+        """Extend the leases of deliveries in progress; the ids no longer held."""
+        ...
+
+    async def intents(self, run_id: str) -> list[tuple[str, dict[str, str]]] | None:
+        """A run's intents (id, stored fields), oldest first; None for no such run."""
+        ...
+
+    async def wait_intents(self, channels: Sequence[str], timeout: float) -> bool:
+        """Block until an intent of `channels` may be due (or timeout)."""
         ...
 
     async def close(self) -> None: ...

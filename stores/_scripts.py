@@ -42,7 +42,6 @@ _PRELUDE = (
     "local P = ARGV[1]\n"
     "local unpack = unpack or table.unpack\n"
     "local EVENTS_MAX = @EVENTS_MAX@\n"
-    "local FEED_MAX = @FEED_MAX@\n"
     + _lua_table()
     + r"""
 local function rk(id) return P .. K.run .. id end
@@ -117,34 +116,110 @@ local function emit(id, etype, at, step, data)
   if step and step ~= '' then f[#f + 1] = 'step'; f[#f + 1] = step end
   if data and data ~= '' then f[#f + 1] = 'data'; f[#f + 1] = data end
   local eid = redis.call('XADD', P .. K.events .. id, 'MAXLEN', '~', EVENTS_MAX, '*', unpack(f))
-  local key = rk(id)
-  redis.call('XADD', P .. K.feed, 'MAXLEN', '~', FEED_MAX, '*', 'run', id, 'eid', eid,
-             'trace', redis.call('HGET', key, 'trace_id') or '',
-             'tenant', redis.call('HGET', key, 'tenant_id') or '', unpack(f))
+  -- Live followers get it by Pub/Sub (nothing stored; nearly free with no
+  -- subscriber): fields "<byte length>:<bytes>" in the order run, event id,
+  -- type, at, step, data. They look trace and tenant ids up once per run.
+  local msg = {}
+  for _, v in ipairs({id, eid, etype, at, step or '', data or ''}) do
+    msg[#msg + 1] = #v .. ':' .. v
+  end
+  redis.call('PUBLISH', P .. K.feed, table.concat(msg))
   return eid
 end
 
--- Take a checkpoint: it covers the journal writes made so far (seq).
+-- Take a checkpoint: it covers the journal writes made so far (seq). Ids are
+-- the run's counter cp_n, which is also its checkpoint head.
 local function checkpoint(id, kind, step, status, at)
   local key = rk(id)
   local n = redis.call('HINCRBY', key, 'cp_n', 1)
   redis.call('XADD', P .. K.checkpoints .. id, '*', 'id', n, 'kind', kind, 'step', step or '',
              'status', status, 'at', at, 'seq', redis.call('HGET', key, 'jseq') or '0')
-  redis.call('HSET', key, 'checkpoint_head', n)
   return n
 end
 
--- A journal write: the record, its write sequence, and the run's progress.
-local function journaled(id, jkey, step, record)
+-- A journal write: the record, its write sequence (js: entry), the run's
+-- progress. With `at`, the write is also a step_completed checkpoint: a
+-- completed step's record is final, so that checkpoint lives in its js: entry
+-- ("seq:id:at") instead of a stream entry (see RedisStore.checkpoints).
+local function journaled(id, jkey, step, record, at)
   local key = rk(id)
   redis.call('HSET', jkey, step, record)
-  redis.call('HSET', P .. K.jseq .. id, step, redis.call('HINCRBY', key, 'jseq', 1))
+  local mark = redis.call('HINCRBY', key, 'jseq', 1)
+  if at then mark = mark .. ':' .. redis.call('HINCRBY', key, 'cp_n', 1) .. ':' .. at end
+  redis.call('HSET', P .. K.jseq .. id, step, mark)
   redis.call('HSET', key, 'current_step', step, 'recoveries', '0')
 end
 
 local function finished(id, status)
   redis.call('DEL', P .. K.done .. id)
   redis.call('RPUSH', P .. K.done .. id, status)
+end
+
+-- Outbox. An intent is a hash of its own (ik), listed in its run's set and,
+-- while pending, in its channel's index (score: when it is due, or when the
+-- lease of its delivery in progress ends). Its body is JSON made by the client;
+-- `tail` is the end of its events' data (after the intent id).
+local function ik(iid) return P .. K.intent .. iid end
+local function intent_data(iid, tail) return '{"intent_id":"' .. iid .. '",' .. tail end
+
+local function wake_outbox(channel)
+  local w = P .. K.outbox_wake .. channel
+  redis.call('LPUSH', w, '1')
+  redis.call('LTRIM', w, 0, 1023)
+end
+
+local function add_intent(id, step, channel, body, tail, now)
+  local iid = string.format('%.0f', redis.call('INCR', P .. K.intent_seq))
+  redis.call('HSET', ik(iid), 'run', id, 'step', step, 'channel', channel, 'body', body,
+             'tail', tail, 'status', 'pending', 'n', '0', 'f', '0', 'at', now, 'due', now)
+  redis.call('SADD', P .. K.intents .. id, iid)
+  redis.call('ZADD', P .. K.outbox .. channel, now, iid)
+  wake_outbox(channel)
+  emit(id, 'side_effect.recorded', now, step, intent_data(iid, tail))
+end
+
+-- The run's intent ids in the order they were recorded.
+local function intents_of(id)
+  local ids = redis.call('SMEMBERS', P .. K.intents .. id)
+  table.sort(ids, function(a, b) return tonumber(a) < tonumber(b) end)
+  return ids
+end
+
+-- Canceling a run cancels its pending intents (one in delivery may still land).
+local function cancel_intents(id, now)
+  for _, iid in ipairs(intents_of(id)) do
+    local key = ik(iid)
+    local st, ch, step, tail = unpack(redis.call('HMGET', key, 'status', 'channel', 'step', 'tail'))
+    if st == 'pending' then
+      redis.call('HSET', key, 'status', 'canceled', 'at', now)
+      redis.call('HDEL', key, 'due')
+      redis.call('ZREM', P .. K.outbox .. ch, iid)
+      emit(id, 'outbox.canceled', now, step, intent_data(iid, tail))
+    end
+  end
+end
+
+-- Resuming a canceled run makes its canceled intents pending again: the steps
+-- that recorded them are not run again, so nothing else would send them.
+local function restore_intents(id, now)
+  for _, iid in ipairs(intents_of(id)) do
+    local key = ik(iid)
+    local st, ch, step, tail = unpack(redis.call('HMGET', key, 'status', 'channel', 'step', 'tail'))
+    if st == 'canceled' then
+      redis.call('HSET', key, 'status', 'pending', 'at', now, 'due', now)
+      redis.call('ZADD', P .. K.outbox .. ch, now, iid)
+      wake_outbox(ch)
+      emit(id, 'outbox.restored', now, step, intent_data(iid, tail))
+    end
+  end
+end
+
+-- Deleting a run drops its settled intents; pending ones are still delivered
+-- and dropped when settled (their run's set no longer lists them).
+local function purge_intents(id)
+  for _, iid in ipairs(redis.call('SMEMBERS', P .. K.intents .. id)) do
+    if redis.call('HGET', ik(iid), 'status') ~= 'pending' then redis.call('UNLINK', ik(iid)) end
+  end
 end
 
 -- Retention. Delete every key of a run (RUN_KEYS and its mailboxes) and take
@@ -158,6 +233,7 @@ local function purge(id)
   for _, name in ipairs(redis.call('SMEMBERS', P .. K.mailboxes .. id)) do
     redis.call('UNLINK', mbk(id, name))
   end
+  purge_intents(id)
   local doomed = {}
   for _, s in ipairs(RUN_KEYS) do doomed[#doomed + 1] = P .. K[s] .. id end
   redis.call('UNLINK', unpack(doomed))
@@ -420,9 +496,10 @@ return {{f, r, nt, nl},
 _RECORD = r"""
 local id = ARGV[2]
 if not fenced(id, ARGV[3]) then return 0 end
-journaled(id, KEYS[2], ARGV[4], ARGV[5])
+local stepcp = ARGV[9] == 'step_completed'
+journaled(id, KEYS[2], ARGV[4], ARGV[5], stepcp and ARGV[6] or nil)
 if ARGV[7] ~= '' then emit(id, ARGV[7], ARGV[6], ARGV[4], ARGV[8]) end
-if ARGV[9] ~= '' then checkpoint(id, ARGV[9], ARGV[4], 'running', ARGV[6]) end
+if ARGV[9] ~= '' and not stepcp then checkpoint(id, ARGV[9], ARGV[4], 'running', ARGV[6]) end
 return 1
 """
 
@@ -606,6 +683,7 @@ redis.call('HSET', KEYS[1], 'reason', ARGV[3], 'finished_at', ARGV[4])
 redis.call('HINCRBY', KEYS[1], 'fence', 1)
 unqueue(id)
 emit(id, 'run.canceled', ARGV[4], '', ARGV[5])
+cancel_intents(id, ARGV[4])
 checkpoint(id, 'run_finished', '', 'canceled', ARGV[4])
 finished(id, 'canceled')
 expire(id, ARGV[4])
@@ -639,7 +717,7 @@ if ARGV[3] ~= '' then
   redis.call('HDEL', KEYS[2], ARGV[3])
   redis.call('HDEL', P .. K.jseq .. id, ARGV[3])
 end
-local head = tonumber(redis.call('HGET', KEYS[1], 'checkpoint_head') or '0')
+local head = tonumber(redis.call('HGET', KEYS[1], 'cp_n') or '0')
 if TERMINAL[st] and head > 0 then head = head - 1 end
 redis.call('HDEL', KEYS[1], 'result', 'result_type', 'error', 'reason', 'finished_at',
            'expires_at')
@@ -648,10 +726,130 @@ redis.call('HSET', KEYS[1], 'recoveries', '0', 'resume_from_checkpoint_id', head
 redis.call('DEL', P .. K.done .. id)
 move(id, 'running', true)
 emit(id, 'run.resumed', ARGV[4], '', ARGV[5])
+if st == 'canceled' then restore_intents(id, ARGV[4]) end
 redis.call('DEL', P .. K.waits .. id)
 redis.call('ZREM', P .. K.timers, id)
 enqueue(id)
 return {1}
+"""
+
+# -- outbox -------------------------------------------------------------------
+
+# KEYS and ARGV of `record`, then (channel, intent JSON, event data tail) * n, n.
+# `record` (the same body: journal entry, event, checkpoint) plus the step's
+# outbound intents, in one script: a step's intents are written exactly when
+# its result is. A call retried after a lost reply finds its record and adds
+# nothing (the intents are there already).
+assert _RECORD.rstrip().endswith("return 1")
+_RECORD_OUT = (
+    r"""
+if redis.call('HGET', KEYS[2], ARGV[4]) == ARGV[5] then return 1 end
+"""
+    + _RECORD.rstrip()[: -len("return 1")]
+    + r"""
+local n = tonumber(ARGV[#ARGV])
+for i = #ARGV - 3 * n, #ARGV - 1, 3 do
+  add_intent(ARGV[2], ARGV[4], ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[6])
+end
+return 1
+"""
+)
+
+# ARGV: P, now, lease expiry, limit, channel ...
+# Leases up to `limit` due intents of the channels: their index score becomes
+# the lease expiry, so an unsettled delivery (a dead worker) is due again then.
+# Returns the claims (id, run, body, delivery number, failures) and the
+# earliest score left in those channels ('' if none).
+_CLAIM_INTENTS = r"""
+local now, exp, limit = ARGV[2], ARGV[3], tonumber(ARGV[4])
+local out, soonest = {}, nil
+for c = 5, #ARGV do
+  local ch = ARGV[c]
+  local q = P .. K.outbox .. ch
+  if #out < limit then
+    for _, iid in ipairs(redis.call('ZRANGEBYSCORE', q, '-inf', now, 'LIMIT', 0, limit - #out)) do
+      local key = ik(iid)
+      local st, id, body, f = unpack(redis.call('HMGET', key, 'status', 'run', 'body', 'f'))
+      if st == 'pending' then
+        local d = redis.call('HINCRBY', key, 'n', 1)
+        redis.call('ZADD', q, exp, iid)
+        out[#out + 1] = {iid, id, body, d, f}
+      else
+        redis.call('ZREM', q, iid)  -- settled or gone meanwhile: a stale entry
+      end
+    end
+  end
+  -- tokens are hints: with nothing due they would only cause empty claims
+  if #redis.call('ZRANGEBYSCORE', q, '-inf', now, 'LIMIT', 0, 1) == 0 then
+    redis.call('DEL', P .. K.outbox_wake .. ch)
+  end
+  local first = redis.call('ZRANGE', q, 0, 0, 'WITHSCORES')
+  if first[2] and (soonest == nil or tonumber(first[2]) < tonumber(soonest)) then
+    soonest = first[2]
+  end
+end
+return {out, soonest or ''}
+"""
+
+# KEYS: the intent. ARGV: P, intent id, delivery number, now, outcome, due|'',
+#       error JSON|'', event data.
+# Outcomes: sent; retry (at `due`); dead; release (due now, e.g. worker shutdown).
+# Only the newest delivery may report a failure or a release; a success is
+# taken from any delivery while the intent is pending (it was delivered). The
+# event goes to the run's log while the run lists the intent; an intent whose
+# run was deleted is dropped once settled.
+_SETTLE_INTENT = r"""
+local iid, now, outcome = ARGV[2], ARGV[4], ARGV[5]
+local key = KEYS[1]
+local st, d, id, ch, step =
+  unpack(redis.call('HMGET', key, 'status', 'n', 'run', 'channel', 'step'))
+if st ~= 'pending' then return 0 end
+if outcome ~= 'sent' and d ~= ARGV[3] then return 0 end
+local q = P .. K.outbox .. ch
+if outcome == 'release' then
+  redis.call('ZADD', q, now, iid)
+  redis.call('HSET', key, 'due', now)
+  wake_outbox(ch)
+  return 1
+end
+local alive = redis.call('SISMEMBER', P .. K.intents .. id, iid) == 1
+if outcome == 'retry' then
+  redis.call('HINCRBY', key, 'f', 1)
+  redis.call('HSET', key, 'error', ARGV[7], 'at', now, 'due', ARGV[6])
+  redis.call('ZADD', q, ARGV[6], iid)
+  if alive then emit(id, 'outbox.failed', now, step, ARGV[8]) end
+  return 1
+end
+redis.call('ZREM', q, iid)
+if not alive then
+  redis.call('UNLINK', key)
+  return 1
+end
+if outcome == 'dead' then
+  redis.call('HINCRBY', key, 'f', 1)
+  redis.call('HSET', key, 'error', ARGV[7])
+end
+redis.call('HSET', key, 'status', outcome, 'at', now)
+redis.call('HDEL', key, 'due')
+emit(id, 'outbox.' .. outcome, now, step, ARGV[8])
+return 1
+"""
+
+# ARGV: P, lease expiry, (intent id, delivery number) ... Extends the leases of
+# deliveries in progress; returns the ids no longer held (settled, canceled,
+# or delivered again by another worker after the lease ran out).
+_RENEW_INTENTS = r"""
+local lost = {}
+for i = 3, #ARGV, 2 do
+  local iid = ARGV[i]
+  local st, d, ch = unpack(redis.call('HMGET', ik(iid), 'status', 'n', 'channel'))
+  if st == 'pending' and d == ARGV[i + 1] then
+    redis.call('ZADD', P .. K.outbox .. ch, ARGV[2], iid)
+  else
+    lost[#lost + 1] = iid
+  end
+end
+return lost
 """
 
 _BODIES: dict[str, str] = {
@@ -672,12 +870,14 @@ _BODIES: dict[str, str] = {
     "cancel": _CANCEL,
     "resume": _RESUME,
     "delete": _DELETE,
+    "record_out": _RECORD_OUT,
+    "claim_intents": _CLAIM_INTENTS,
+    "settle_intent": _SETTLE_INTENT,
+    "renew_intents": _RENEW_INTENTS,
 }
 
 
-def build_scripts(*, events_max: int, feed_max: int) -> dict[str, str]:
-    """name -> full Lua source (prelude + body), with the store's event caps."""
-    prelude = _PRELUDE.replace("@EVENTS_MAX@", str(int(events_max))).replace(
-        "@FEED_MAX@", str(int(feed_max))
-    )
+def build_scripts(*, events_max: int) -> dict[str, str]:
+    """name -> full Lua source (prelude + body), with the store's event log cap."""
+    prelude = _PRELUDE.replace("@EVENTS_MAX@", str(int(events_max)))
     return {name: prelude + body for name, body in _BODIES.items()}

@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import redis.asyncio as aioredis
+from redis.asyncio.client import PubSub
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.commands.core import AsyncScript
@@ -31,7 +32,9 @@ from sdk.errors import (
 from stores._keys import SUFFIX, Keys
 from stores._protocol import (
     Claim,
+    IntentClaim,
     Lineage,
+    NewIntent,
     NewRun,
     RawEvent,
     StartOutcome,
@@ -86,7 +89,7 @@ def parse_run(run_id: str, h: dict[str, str]) -> StoredRun:
         environment=h.get("environment") or None,
         versions=converter.structure(loads(versions), Versions) if versions else Versions(),
         policy_snapshot_id=h.get("policy_snapshot_id") or None,
-        checkpoint_head=_nonzero(h.get("checkpoint_head")),
+        checkpoint_head=_nonzero(h.get("cp_n")),
         resume_from_checkpoint_id=_nonzero(h.get("resume_from_checkpoint_id")),
         source_run_id=h.get("source_run_id") or None,
         source_checkpoint_id=h.get("source_checkpoint_id") or None,
@@ -101,6 +104,39 @@ def parse_run(run_id: str, h: dict[str, str]) -> StoredRun:
         result_type=h.get("result_type") or None,
         raw_result=raw_result,
     )
+
+
+def _feed_event(data: str | bytes) -> RawEvent:
+    """Decode a feed message: fields "<byte length>:<bytes>" (see the Lua `emit`)."""
+    raw = data.encode() if isinstance(data, str) else data
+    fields: list[str] = []
+    i = 0
+    while i < len(raw):
+        colon = raw.index(b":", i)
+        end = colon + 1 + int(raw[i:colon])
+        fields.append(raw[colon + 1 : end].decode())
+        i = end
+    run_id, eid, etype, at, step, evdata = fields
+    named = {"type": etype, "at": at}
+    if step:
+        named["step"] = step
+    if evdata:
+        named["data"] = evdata
+    return RawEvent(eid, run_id, named)
+
+
+def _checkpoints(entries: Any, marks: dict[str, str]) -> list[dict[str, str]]:
+    """All checkpoints in order: the stream's run-level ones, and each completed
+    step's, kept in its js: entry as "seq:id:at" (see the Lua `journaled`)."""
+    found = [fields for _, fields in entries]
+    for step, mark in marks.items():
+        parts = mark.split(":", 2)
+        if len(parts) == 3:
+            seq, cid, at = parts
+            found.append({"id": cid, "kind": "step_completed", "step": step,
+                          "status": "running", "at": at, "seq": seq})  # fmt: skip
+    found.sort(key=lambda c: int(c["id"]))
+    return found
 
 
 def _nonzero(value: str | None) -> str | None:
@@ -143,8 +179,6 @@ class RedisStore:
             Redis Cluster); every process of a deployment must use the same number.
         max_events_per_run: a run's event log keeps about this many newest events
             (trimmed in blocks of ~100; at least 100).
-        feed_length: the live feed of all runs' events keeps about this many per
-            partition.
         blocking_client: a client for blocking reads (BLPOP wake-ups, BRPOPLPUSH
             result waits, XREAD of the feed), which hold a connection for
             seconds; default `client`. `from_url` gives
@@ -163,15 +197,14 @@ class RedisStore:
         partitions: int = 1,
         blocking_client: aioredis.Redis | None = None,
         max_events_per_run: int = 10_000,
-        feed_length: int = 100_000,
     ) -> None:
         self.client = client
         self.blocking_client = blocking_client or client
         self.keys = Keys(prefix, partitions)
-        if max_events_per_run < 100 or feed_length < 100:
-            raise ValueError("max_events_per_run and feed_length must be at least 100")
+        if max_events_per_run < 100:
+            raise ValueError(f"max_events_per_run must be at least 100, got {max_events_per_run}")
         self.max_events_per_run = max_events_per_run
-        scripts = build_scripts(events_max=max_events_per_run, feed_max=feed_length)
+        scripts = build_scripts(events_max=max_events_per_run)
         self._scripts: dict[str, AsyncScript] = {
             name: client.register_script(src) for name, src in scripts.items()
         }
@@ -184,8 +217,8 @@ class RedisStore:
         """A store on ``redis://`` or ``rediss://`` (TLS) URL; user and password come from it.
 
         ``max_connections`` (default 64) bounds the pool for commands; a command
-        waits for a free connection rather than failing. ``max_events_per_run`` and
-        ``feed_length`` are the store's own (see the class). Other keyword arguments
+        waits for a free connection rather than failing. ``max_events_per_run``
+        is the store's own (see the class). Other keyword arguments
         go to redis-py's connection pool (``ssl_ca_certs=...``, ``socket_timeout=...``).
         """
         scheme = urlsplit(url).scheme
@@ -200,9 +233,9 @@ class RedisStore:
         # their pool gets 30 s.
         command_timeout = kwargs.pop("socket_timeout", None)
         # Options of the store itself, not of the connection pool.
-        caps = {k: kwargs.pop(k) for k in ("max_events_per_run", "feed_length") if k in kwargs}
+        caps = {k: kwargs.pop(k) for k in ("max_events_per_run",) if k in kwargs}
         if any(v < 100 for v in caps.values()):  # before any pool exists
-            raise ValueError("max_events_per_run and feed_length must be at least 100")
+            raise ValueError("max_events_per_run must be at least 100")
         # Unlike redis.Redis(), Redis.from_url() retries nothing: after a Redis
         # restart every pooled connection would fail its next command once
         # ("Connection closed by server"). Retry connection errors a few times.
@@ -341,7 +374,7 @@ class RedisStore:
             h, journal, jseq, lineage, cps = await pipe.execute()
         if not h:
             return None
-        return Lineage(parse_run(run_id, h), journal, jseq, lineage, [f for _, f in cps])
+        return Lineage(parse_run(run_id, h), journal, jseq, lineage, _checkpoints(cps, jseq))
 
     async def derive_run(
         self,
@@ -369,6 +402,8 @@ class RedisStore:
         }
         fields += [x for name, v in optional.items() if v is not None for x in (name, v)]
         fields += self._lineage_fields(new)
+        if new.retention is not None:
+            fields += ["retention", _num(new.retention)]
         if new.options.versions != Versions():
             fields += ["versions", dumps(converter.unstructure(new.options.versions))]
         reply = await self._call(
@@ -683,31 +718,45 @@ class RedisStore:
         return [RawEvent(str(eid), run_id, fields) for eid, fields in entries]
 
     async def checkpoints(self, run_id: str) -> list[dict[str, str]]:
-        entries: Any = await self.client.xrange(self.keys.checkpoints(run_id), "-", "+")
-        return [fields for _, fields in entries]
+        # Run-level checkpoints are stream entries; a step_completed checkpoint
+        # lives in its step's js: entry ("seq:id:at", see the Lua `journaled`).
+        k = self.keys
+        async with self.client.pipeline(transaction=False) as pipe:
+            pipe.xrange(k.checkpoints(run_id), "-", "+")
+            pipe.hgetall(k.base_of(run_id) + SUFFIX["jseq"] + run_id)
+            entries, marks = await pipe.execute()
+        return _checkpoints(entries, marks)
+
+    async def correlation(self, run_ids: Sequence[str]) -> dict[str, tuple[str, str | None]]:
+        """Trace and tenant ids of runs (for feed followers); unknown runs are left out."""
+        async with self.client.pipeline(transaction=False) as pipe:
+            for run_id in run_ids:
+                pipe.hmget(self.keys.run(run_id), ["trace_id", "tenant_id"])
+            rows = await pipe.execute()
+        return {
+            run_id: (trace or run_id, tenant or None)
+            for run_id, (trace, tenant) in zip(run_ids, rows, strict=True)
+            if trace is not None or tenant is not None
+        }
 
     async def follow(
-        self, cursors: dict[int, str], timeout: float, count: int
-    ) -> tuple[list[RawEvent], dict[int, str]]:
-        cursors = dict(cursors)
-        for p in self._partitions():
-            # "$" means "after the newest entry at call time": pin it before
-            # reading, so nothing landing during or after this call is skipped
-            # by the next one (XREAD's own "$" is re-evaluated on every call).
-            if cursors.get(p, "$") == "$":
-                last: Any = await self.client.xrevrange(self.keys.feed(p), count=1)
-                cursors[p] = str(last[0][0]) if last else "0-0"
-        streams: Any = {self.keys.feed(p): cursors[p] for p in self._partitions()}
-        reply: Any = await self.blocking_client.xread(
-            streams, count=count, block=max(1, int(timeout * 1000))
-        )
+        self, subscription: Any, timeout: float, count: int
+    ) -> tuple[list[RawEvent], Any]:
+        if subscription is None:
+            subscription = self.blocking_client.pubsub()
+            await subscription.subscribe(*(self.keys.feed(p) for p in self._partitions()))
         out: list[RawEvent] = []
-        for stream, entries in reply or []:
-            p = next(q for q in self._partitions() if self.keys.feed(q) == stream)
-            for fid, fields in entries:
-                cursors[p] = str(fid)
-                out.append(RawEvent(fields.pop("eid"), fields.pop("run"), fields))
-        return out, cursors
+        msg = await subscription.get_message(ignore_subscribe_messages=True, timeout=timeout)
+        while msg is not None:
+            out.append(_feed_event(msg["data"]))
+            if len(out) >= count:
+                break
+            msg = await subscription.get_message(ignore_subscribe_messages=True, timeout=0.0)
+        return out, subscription
+
+    async def unfollow(self, subscription: Any) -> None:
+        if isinstance(subscription, PubSub):
+            await subscription.aclose()  # type: ignore[no-untyped-call]
 
     # -- blocking waits --------------------------------------------------------
 
@@ -739,6 +788,130 @@ class RedisStore:
         key = self.keys.done(run_id)
         reply = await self.blocking_client.brpoplpush(key, key, max(timeout, 0.001))
         return reply is not None
+
+    # -- outbox ------------------------------------------------------------------------
+
+    async def record_out(
+        self,
+        run_id: str,
+        fence: int,
+        key: str,
+        record: str,
+        intents: Sequence[NewIntent],
+        *,
+        now: float = 0.0,
+        event: StepEvent | None = None,
+    ) -> None:
+        k = self.keys
+        ev = event or _NO_EVENT
+        out: list[str] = []
+        for intent in intents:
+            # the end of the intent's event data; the script puts its id first
+            tail = dumps({"channel": intent.channel, "idempotency_key": intent.idempotency_key})
+            out += [intent.channel, intent.body, tail[1:]]
+        # `record`'s arguments, then the intents and their count (see _RECORD_OUT)
+        ok = await self._call(
+            "record_out",
+            [k.run(run_id), k.journal(run_id)],
+            [k.base_of(run_id), run_id, str(fence), key, record, _num(now),
+             ev.type, ev.data, ev.checkpoint, *out, str(len(intents))],
+        )  # fmt: skip
+        if ok != 1:
+            raise LeaseLost(f"run {run_id!r}: lease lost; step {key!r} was not recorded")
+
+    async def claim_intents(
+        self, channels: Sequence[str], limit: int, now: float, lease_ttl: float
+    ) -> tuple[list[IntentClaim], float | None]:
+        claims: list[IntentClaim] = []
+        due: list[float] = []
+        if not channels:
+            return claims, None
+        for p in self._partitions():
+            taken, soonest = await self._call(
+                "claim_intents",
+                [self._anchor(p)],
+                [self.keys.base(p), _num(now), _num(now + lease_ttl),
+                 str(max(limit - len(claims), 0)), *channels],
+            )  # fmt: skip
+            claims += [
+                IntentClaim(str(iid), run_id, body, int(n), int(f))
+                for iid, run_id, body, n, f in taken
+            ]
+            if soonest != "":
+                due.append(float(soonest))
+        return claims, min(due) if due else None
+
+    async def settle_intent(
+        self,
+        claim: IntentClaim,
+        outcome: str,
+        now: float,
+        *,
+        due: float | None = None,
+        error: str = "",
+        event_data: str = "",
+    ) -> bool:
+        if outcome not in ("sent", "retry", "dead", "release"):
+            raise ValueError(f"unknown intent outcome {outcome!r}")
+        p = self.keys.partition(claim.run_id)
+        reply = await self._call(
+            "settle_intent",
+            [self.keys.intent(p, claim.intent_id)],
+            [self.keys.base(p), claim.intent_id, str(claim.delivery), _num(now), outcome,
+             "" if due is None else _num(due), error, event_data],
+        )  # fmt: skip
+        return bool(reply == 1)
+
+    async def renew_intents(self, claims: Sequence[IntentClaim], expiry: float) -> list[str]:
+        by_part: dict[int, list[str]] = {}
+        for c in claims:
+            by_part.setdefault(self.keys.partition(c.run_id), []).extend(
+                (c.intent_id, str(c.delivery))
+            )
+        lost: list[str] = []
+        for p, flat in by_part.items():
+            lost += await self._call(
+                "renew_intents", [self._anchor(p)], [self.keys.base(p), _num(expiry), *flat]
+            )
+        return lost
+
+    async def intents(self, run_id: str) -> list[tuple[str, dict[str, str]]] | None:
+        k = self.keys
+        async with self.client.pipeline(transaction=False) as pipe:
+            pipe.exists(k.run(run_id))
+            pipe.smembers(k.intents(run_id))
+            exists, ids = await pipe.execute()
+        if not exists:
+            return None
+        p = k.partition(run_id)
+        ordered = sorted(ids, key=int)
+        async with self.client.pipeline(transaction=False) as pipe:
+            for iid in ordered:
+                pipe.hgetall(k.intent(p, iid))
+            rows = await pipe.execute()
+        return [(iid, h) for iid, h in zip(ordered, rows, strict=True) if h]
+
+    async def wait_intents(self, channels: Sequence[str], timeout: float) -> bool:
+        secs = max(timeout, 0.001)  # BLPOP's timeout is in seconds (0 blocks forever)
+        if not channels:
+            await asyncio.sleep(secs)
+            return False
+        # One BLPOP per partition: a cluster refuses keys of several slots in one.
+        waits = [
+            asyncio.ensure_future(
+                self.blocking_client.blpop(
+                    [self.keys.outbox_wake(p, c) for c in channels], timeout=secs
+                )
+            )
+            for p in self._partitions()
+        ]
+        try:
+            done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            return any(t.result() is not None for t in done)
+        finally:
+            for t in waits:
+                t.cancel()
+            await asyncio.gather(*waits, return_exceptions=True)
 
 
 def _redact(url: str) -> str:

@@ -459,8 +459,6 @@ async def test_an_event_cap_below_one_hundred_is_refused(cap: int) -> None:
     try:
         with pytest.raises(ValueError):
             RedisStore(fake, max_events_per_run=cap)
-        with pytest.raises(ValueError):
-            RedisStore(fake, feed_length=cap)
     finally:
         await fake.aclose()
 

@@ -7,7 +7,6 @@ explicitly, and nothing ever deletes a run that has not finished.
 from __future__ import annotations
 
 import asyncio
-import json
 from datetime import timedelta
 from typing import Any
 
@@ -19,6 +18,7 @@ from sdk.errors import Forbidden, InvalidTransition, RunFailed, RunNotFound
 from stores._keys import RUN_SUFFIXES, SHARED_SUFFIXES, SUFFIX
 from stores.redis import RedisStore
 from testing import FlowTestEnv
+from tests.conformance._support import FeedRecorder
 
 HOUR = 3600.0
 
@@ -73,16 +73,6 @@ async def keys_naming(store: RedisStore, run_id: str) -> set[str]:
     return {k async for k in store.client.scan_iter(match=store.keys.pattern()) if run_id in k}
 
 
-async def feed(store: RedisStore, run_id: str) -> list[tuple[str, Any]]:
-    """(type, data) of the run's entries on the live feed."""
-    entries: Any = await store.client.xrange(store.keys.feed(0))
-    return [
-        (f["type"], json.loads(f["data"]) if "data" in f else None)
-        for _, f in entries
-        if f["run"] == run_id
-    ]
-
-
 def store_of(env: FlowTestEnv) -> RedisStore:
     assert isinstance(env.store, RedisStore)
     return env.store
@@ -135,6 +125,7 @@ async def test_a_waiting_result_returns_the_result_of_a_run_deleted_on_success(
 
 async def test_a_run_deleted_on_success_is_gone_for_every_reader_but_result() -> None:
     async with FlowTestEnv() as env:
+        rec = await FeedRecorder.start(store_of(env))
         handle = await env.start(ephemeral, 1)
         await env.run_until_idle()
 
@@ -146,7 +137,7 @@ async def test_a_run_deleted_on_success_is_gone_for_every_reader_but_result() ->
             await env.client.signal(handle.run_id, "go")
         assert await env.client.list_runs() == []
         assert await handle.result() == {"n": 2}
-        deleted = [t for t, _ in await feed(store_of(env), handle.run_id)]
+        deleted = [t for t, _ in await rec.of(handle.run_id)]
         assert deleted[-2:] == ["run.completed", "run.deleted"]
 
 
@@ -191,6 +182,7 @@ async def test_a_run_id_deleted_on_success_can_be_started_again() -> None:
 async def test_retention_deletes_a_completed_run_only_after_its_deadline() -> None:
     async with FlowTestEnv() as env:
         store = store_of(env)
+        rec = await FeedRecorder.start(store)
         handle = await env.start(kept, 2, run_id="kept-run-1")
         await env.run_until_idle()
         assert await handle.result() == 4
@@ -202,7 +194,7 @@ async def test_retention_deletes_a_completed_run_only_after_its_deadline() -> No
         with pytest.raises(RunNotFound):
             await env.client.get("kept-run-1")
         assert await keys_naming(store, "kept-run-1") == set()
-        assert ("run.deleted", {"reason": "retention"}) in await feed(store, "kept-run-1")
+        assert ("run.deleted", {"reason": "retention"}) in await rec.of("kept-run-1")
 
 
 async def test_retention_deletes_a_canceled_run_after_its_deadline() -> None:
@@ -284,6 +276,7 @@ def test_retention_must_be_a_non_negative_duration() -> None:
 async def test_delete_of_a_finished_run_deletes_every_key_of_it(outcome: str) -> None:
     async with FlowTestEnv() as env:
         store = store_of(env)
+        rec = await FeedRecorder.start(store)
         if outcome == "completed":
             await env.start(plain, 1, run_id="to-delete")
         elif outcome == "failed":
@@ -306,9 +299,7 @@ async def test_delete_of_a_finished_run_deletes_every_key_of_it(outcome: str) ->
         with pytest.raises(RunNotFound):
             await env.client.delete("to-delete")
         assert [r.run_id for r in await env.client.list_runs()] == [other.run_id]
-        assert ("run.deleted", {"reason": "deleted", "actor": None}) in await feed(
-            store, "to-delete"
-        )
+        assert ("run.deleted", {"reason": "deleted", "actor": None}) in await rec.of("to-delete")
 
 
 async def dump(store: RedisStore) -> dict[str, Any]:
@@ -373,6 +364,7 @@ class OnlyOps:
 
 async def test_delete_is_authorized_and_a_refusal_is_audited() -> None:
     async with FlowTestEnv() as env:
+        rec = await FeedRecorder.start(store_of(env))
         handle = await env.start(plain, 1)
         await env.run_until_idle()
         client = Client(env.store, OnlyOps(), clock=env.clock)
@@ -393,9 +385,7 @@ async def test_delete_is_authorized_and_a_refusal_is_audited() -> None:
 
         with pytest.raises(RunNotFound):
             await client.get(handle.run_id)
-        assert ("run.deleted", {"reason": "deleted", "actor": "ops"}) in await feed(
-            store_of(env), handle.run_id
-        )
+        assert ("run.deleted", {"reason": "deleted", "actor": "ops"}) in await rec.of(handle.run_id)
 
 
 def test_every_key_suffix_is_either_a_runs_own_or_shared() -> None:

@@ -105,3 +105,33 @@ async def consume(
         run_id, fence, key, mailbox, now, deadline,
         wait_prefix(key, 0), wait_timeout(key, 0, deadline or 0.0),
     )  # fmt: skip
+
+
+class FeedRecorder:
+    """Subscribes to a store's live feed (Pub/Sub: only what is published after
+    `start` is seen) and collects (type, data) per run."""
+
+    def __init__(self, store: RedisStore, subscription: Any) -> None:
+        self.store = store
+        self.subscription = subscription
+        self.seen: list[Any] = []
+
+    @classmethod
+    async def start(cls, store: RedisStore) -> FeedRecorder:
+        _, sub = await store.follow(None, 0.01, 1)
+        return cls(store, sub)
+
+    async def of(self, run_id: str) -> list[tuple[str, Any]]:
+        while True:
+            batch, self.subscription = await self.store.follow(self.subscription, 0.05, 1000)
+            if not batch:
+                break
+            self.seen += batch
+        return [
+            (e.fields["type"], json.loads(e.fields["data"]) if "data" in e.fields else None)
+            for e in self.seen
+            if e.run_id == run_id
+        ]
+
+    async def close(self) -> None:
+        await self.store.unfollow(self.subscription)

@@ -94,7 +94,7 @@ async def test_the_first_claim_appends_run_started_and_the_run_started_checkpoin
     (cp,) = await store.checkpoints("r1")
     assert cp == {"id": "1", "kind": "run_started", "step": "", "status": "running",
                   "at": repr(T0 + 5), "seq": "0"}  # fmt: skip
-    assert await run_field(store, "r1", "checkpoint_head") == "1"
+    assert await run_field(store, "r1", "cp_n") == "1"
 
 
 async def test_record_with_a_step_event_writes_event_and_checkpoint_in_one_round_trip(
@@ -116,7 +116,7 @@ async def test_record_with_a_step_event_writes_event_and_checkpoint_in_one_round
     assert [c["kind"] for c in cps] == ["run_started", "step_completed"]
     assert cps[1] == {"id": "2", "kind": "step_completed", "step": "s#1", "status": "running",
                       "at": repr(T0 + 2), "seq": "2"}  # fmt: skip
-    assert await run_field(store, "r1", "checkpoint_head") == "2"
+    assert await run_field(store, "r1", "cp_n") == "2"
 
 
 async def test_a_checkpoint_counts_the_journal_writes_it_covers(store: RedisStore) -> None:
@@ -148,7 +148,7 @@ async def test_record_with_an_event_but_no_checkpoint_kind_takes_no_checkpoint(
     last = (await events(store, "r1"))[-1]
     assert last.fields == {"type": "step.failed", "at": repr(T0 + 1), "step": "s#1", "data": data}
     assert [c["kind"] for c in await store.checkpoints("r1")] == ["run_started"]
-    assert await run_field(store, "r1", "checkpoint_head") == "1"
+    assert await run_field(store, "r1", "cp_n") == "1"
 
 
 async def test_record_without_an_event_appends_nothing(store: RedisStore) -> None:
@@ -188,7 +188,7 @@ async def test_mark_appends_step_started_and_its_checkpoint_in_one_round_trip(
     cp = (await store.checkpoints("r1"))[-1]
     assert (cp["id"], cp["kind"], cp["step"], cp["status"]) == ("3", "step_started", "s#1",
                                                                 "running")  # fmt: skip
-    assert await run_field(store, "r1", "checkpoint_head") == "3"
+    assert await run_field(store, "r1", "cp_n") == "3"
     assert await store.client.hget(store.keys.journal("r1"), "s#1") is None
 
 
@@ -278,7 +278,7 @@ async def test_resume_of_a_failed_run_points_before_its_finish(store: RedisStore
         event=StepEvent("step.completed", "", "step_completed"),
     )  # fmt: skip
     await store.finish("r1", claim.run.fence, RunStatus.FAILED, T0, {"error": "{}"})
-    assert await run_field(store, "r1", "checkpoint_head") == "3"
+    assert await run_field(store, "r1", "cp_n") == "3"
 
     await store.resume("r1", None, now=T0)
 
@@ -397,37 +397,45 @@ async def test_follow_from_now_skips_nothing_that_lands_between_two_calls(
 ) -> None:
     await store.create_run(new_run("before"))  # history: never delivered
 
-    first, cursors = await store.follow({}, POLL, 100)
-    assert first == []
-    await store.create_run(new_run("between"))  # lands after the first call returned
-    second, cursors = await store.follow(cursors, POLL, 100)
+    first, sub = await store.follow(None, POLL, 100)  # subscribes
+    try:
+        assert first == []
+        await store.create_run(new_run("between"))  # lands after the first call returned
+        second, sub = await store.follow(sub, POLL, 100)
+    finally:
+        await store.unfollow(sub)
 
     assert [(e.run_id, e.fields["type"]) for e in second] == [("between", "run.created")]
 
 
-async def test_follow_cursors_deliver_every_event_once_in_order(store: RedisStore) -> None:
-    _, cursors = await store.follow({}, POLL, 100)
-    await store.create_run(new_run("r1", tenant_id="acme"))
-    await store.claim(OWNER, None, 1, T0, TTL)
-    await store.create_run(new_run("r2"))
+async def test_follow_delivers_every_event_once_in_order(store: RedisStore) -> None:
+    _, sub = await store.follow(None, POLL, 100)
+    try:
+        await store.create_run(new_run("r1", tenant_id="acme"))
+        await store.claim(OWNER, None, 1, T0, TTL)
+        await store.create_run(new_run("r2"))
 
-    got: list[RawEvent] = []
-    for _ in range(3):
-        batch, cursors = await store.follow(cursors, POLL, 2)
+        got: list[RawEvent] = []
+        for _ in range(3):
+            batch, sub = await store.follow(sub, POLL, 2)
+            got += batch
+        await store.cancel("r2", "stop", T0 + 1, event_data='{"why":"déjà vu"}')
+        batch, sub = await store.follow(sub, POLL, 100)
         got += batch
-    await store.cancel("r2", "stop", T0 + 1, event_data="{}")
-    batch, cursors = await store.follow(cursors, POLL, 100)
-    got += batch
-    again, _ = await store.follow(cursors, POLL, 100)
+        again, sub = await store.follow(sub, POLL, 100)
+    finally:
+        await store.unfollow(sub)
 
     assert [(e.run_id, e.fields["type"]) for e in got] == [
         ("r1", "run.created"), ("r1", "run.started"), ("r2", "run.created"),
         ("r2", "run.canceled"),
     ]  # fmt: skip
     assert again == []
-    # Each carries the run's own event id and its correlation fields.
+    assert got[3].fields["data"] == '{"why":"déjà vu"}'  # byte-length framing, not chars
+    # Each carries the run's own event id; correlation ids are looked up per run.
     r1 = await events(store, "r1")
     assert [e.event_id for e in got[:2]] == [e.event_id for e in r1]
-    assert got[0].fields["tenant"] == "acme"
-    assert got[0].fields["trace"] == "r1"
-    assert got[2].fields["tenant"] == ""
+    assert await store.correlation(["r1", "r2", "unknown"]) == {
+        "r1": ("r1", "acme"),
+        "r2": ("r2", None),
+    }

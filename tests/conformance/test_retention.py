@@ -23,6 +23,7 @@ from tests.conformance._support import (
     RECOVERY_ERROR,
     T0,
     TTL,
+    FeedRecorder,
     claim_ids,
     new_run,
     start_and_claim,
@@ -77,15 +78,6 @@ async def indexed(store: RedisStore, run_id: str) -> set[str]:
     return holding
 
 
-async def feed_types(store: RedisStore, run_id: str) -> list[tuple[str, dict[str, object]]]:
-    entries: Any = await store.client.xrange(store.keys.feed(0))
-    return [
-        (f["type"], json.loads(f["data"]) if "data" in f else {})
-        for _, f in entries
-        if f["run"] == run_id
-    ]
-
-
 async def complete(
     store: RedisStore, run_id: str, *, retention: float | None = None,
     delete_until: float | None = None,
@@ -120,6 +112,7 @@ async def busy_finished_run(store: RedisStore, run_id: str, status: RunStatus) -
 async def test_delete_of_a_finished_run_removes_every_key_and_index_entry(
     store: RedisStore, status: RunStatus
 ) -> None:
+    rec = await FeedRecorder.start(store)
     await busy_finished_run(store, "r-del-1", status)
     await store.create_run(new_run("other"))
     assert len(await keys_naming(store, "r-del-1")) >= 8  # the run really had keys
@@ -131,7 +124,7 @@ async def test_delete_of_a_finished_run_removes_every_key_and_index_entry(
     assert await store.get_run("r-del-1") is None
     assert await store.get_tombstone("r-del-1") is None
     assert await status_of(store, "other") is RunStatus.PENDING  # others untouched
-    assert ("run.deleted", {"actor": "ops"}) in await feed_types(store, "r-del-1")
+    assert ("run.deleted", {"actor": "ops"}) in await rec.of("r-del-1")
 
 
 @pytest.mark.parametrize("how", ["pending", "running", "waiting", "replaying"])
@@ -191,6 +184,7 @@ async def test_a_deleted_run_id_can_be_started_again(store: RedisStore) -> None:
 async def test_finish_with_delete_until_leaves_only_the_result_tombstone(
     store: RedisStore,
 ) -> None:
+    rec = await FeedRecorder.start(store)
     claim = await start_and_claim(store, "r-dos")
     await store.signal("r-dos", "s:late", '"x"', "d1", now=T0)
     await store.finish(
@@ -210,7 +204,7 @@ async def test_finish_with_delete_until_leaves_only_the_result_tombstone(
     assert tomb.result_type == "m:T"
     assert tomb.args == ""  # the arguments are not kept
     assert await store.wait_finished("r-dos", 1.0) is True
-    assert [t for t, _ in await feed_types(store, "r-dos")][-2:] == [
+    assert [t for t, _ in await rec.of("r-dos")][-2:] == [
         "run.completed", "run.deleted"
     ]  # fmt: skip
 
@@ -258,6 +252,7 @@ async def test_starting_a_run_id_again_clears_the_tombstone_of_its_deleted_run(
 async def test_a_completed_run_is_deleted_at_its_retention_deadline_not_before(
     store: RedisStore,
 ) -> None:
+    rec = await FeedRecorder.start(store)
     await complete(store, "r-exp", retention=DAY)
     stored: Any = await store.client.hget(store.keys.run("r-exp"), "expires_at")
     assert float(stored) == T0 + 1 + DAY
@@ -269,7 +264,7 @@ async def test_a_completed_run_is_deleted_at_its_retention_deadline_not_before(
     assert await store.get_run("r-exp") is None
     assert await keys_naming(store, "r-exp") == set()
     assert await indexed(store, "r-exp") == set()
-    assert ("run.deleted", {"reason": "retention"}) in await feed_types(store, "r-exp")
+    assert ("run.deleted", {"reason": "retention"}) in await rec.of("r-exp")
 
 
 async def test_a_failed_run_never_expires(store: RedisStore) -> None:
