@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import inspect
 import logging
+import types
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from datetime import datetime
@@ -105,6 +106,21 @@ class StepSpec:
     fn: Callable[..., Any]
     _rtype: Any = None
     _rtype_done: bool = False
+    _sigs: dict[bool, inspect.Signature] = attrs.field(factory=dict)
+
+    def request_hash(
+        self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> str:
+        """The ledger's hash of a call, by parameter name (a bound method: without self)."""
+        method = isinstance(fn, types.MethodType)
+        sig = self._sigs.get(method)
+        if sig is None:
+            sig = self._sigs[method] = inspect.signature(fn)
+        try:
+            named: dict[str, Any] | None = dict(sig.bind(*args, **kwargs).arguments)
+        except TypeError:  # the call itself will fail; hash what was passed
+            named = None
+        return request_hash(args, kwargs, named)
 
     def return_type(self) -> Any:
         if not self._rtype_done:
@@ -322,7 +338,7 @@ class Activation:
         if rec is None:
             lin = self._lineage(key, pos, Kind.STEP)
             if lin is not None and spec.replay == "use_recorded_result":
-                return await self._reuse(spec, args, kwargs, key, pos, lin)
+                return await self._reuse(spec, fn, args, kwargs, key, pos, lin)
             if lin is not None and spec.replay == "require_human":
                 return await self._approved_rerun(spec, fn, args, kwargs, key, pos)
         if rec is not None:
@@ -349,6 +365,7 @@ class Activation:
     async def _reuse(
         self,
         spec: StepSpec,
+        fn: Callable[..., Any],
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         key: str,
@@ -356,7 +373,7 @@ class Activation:
         lin: Record,
     ) -> Any:
         """Take the source's recorded result instead of running the side effect again."""
-        rh = request_hash(args, kwargs)
+        rh = spec.request_hash(fn, args, kwargs)
         idem = f"{self._key_root}:{key}"
         if lin.rh is not None and rh != lin.rh:
             exc = IdempotencyConflict(
@@ -391,7 +408,7 @@ class Activation:
         lin = self._lineage(key, pos, Kind.STEP)
         if decision.approved or lin is None:
             return await self._attempts(spec, fn, args, kwargs, key, pos, 0)
-        return await self._reuse(spec, args, kwargs, key, pos, lin)
+        return await self._reuse(spec, fn, args, kwargs, key, pos, lin)
 
     async def _attempts(
         self,
@@ -404,7 +421,7 @@ class Activation:
         attempts: int,
     ) -> Any:
         policy = spec.retry or self.retry_override or self.flow.retry
-        rh = request_hash(args, kwargs)
+        rh = spec.request_hash(fn, args, kwargs)
         while True:
             if self.suspending:
                 raise self._suspend()

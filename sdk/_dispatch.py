@@ -169,8 +169,8 @@ class Dispatcher:
         if not held:
             return
         lost = await self.store.renew_intents(held, expiry)
-        for iid in lost:
-            log.info("intent %s: no longer held by this worker (settled or canceled)", iid)
+        for iid in lost:  # its handler finishes; its outcome will be refused or ignored
+            log.debug("intent %s: no longer held by this worker (settled or canceled)", iid)
 
     async def serve(self, stop: asyncio.Event) -> None:
         """Deliver until `stop` is set; blocks on the outbox wake-ups when idle."""

@@ -251,13 +251,19 @@ _hashing.register_unstructure_hook_func(
 )
 
 
-def request_hash(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+def request_hash(
+    args: tuple[Any, ...], kwargs: dict[str, Any], named: dict[str, Any] | None = None
+) -> str:
     """A short hash of a call's arguments (for the side-effect ledger), the same
-    in every process."""
+    in every process. With `named` (the arguments bound to parameter names),
+    ``f(10)`` and ``f(amount=10)`` are the same request."""
+    payload: Any = named if named is not None else [list(args), kwargs]
     try:
-        text = _canonical(_hashing.unstructure([list(args), kwargs]))
+        text = _canonical(_hashing.unstructure(payload))
     except Exception:
-        text = _stable_repr((args, sorted(kwargs.items())))
+        text = _stable_repr(
+            sorted(named.items()) if named is not None else (args, sorted(kwargs.items()))
+        )
     return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
 
 

@@ -123,6 +123,16 @@ class EventType(enum.StrEnum):
     RUN_CANCELED = "run.canceled"
     RUN_DELETED = "run.deleted"
     """On the live feed only (`Client.follow`): the run's own log is deleted with it."""
+    RUN_REPLAYED = "run.replayed"
+    """The first event of a run made by `Client.replay` (data: source, checkpoint, actor)."""
+    RUN_FORKED = "run.forked"
+    """The first event of a run made by `Client.fork` (data: source, checkpoint, actor, options)."""
+    SIDE_EFFECT_REUSED = "side_effect.reused"
+    """A replayed or forked run took a step's recorded result instead of running it."""
+    SIDE_EFFECT_RECORDED = "side_effect.recorded"
+    """An outbound intent was recorded with its step (see the outbox)."""
+    AUTH_DENIED = "auth.denied"
+    """The authorizer (or a wait's approvers) refused an action; nothing else changed."""
 
     def __str__(self) -> str:
         return self.value

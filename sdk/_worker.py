@@ -257,14 +257,20 @@ class Worker:
         hb = asyncio.create_task(self._heartbeat())
         try:
             while True:
+                # Idle only after a pass that started with nothing in flight and
+                # claimed nothing: work that ends during a pass's awaits (a run
+                # holding the only slot, a run re-queued as it parks, a step
+                # recording intents) can leave something ready behind it.
+                was_busy = bool(self._inflight) or bool(self.dispatcher.tasks())
                 claimed, _ = await self._poll()
                 sending, _ = await self.dispatcher.poll()
                 if claimed or sending:
                     continue
                 busy = [t for t, _ in self._inflight.values()] + self.dispatcher.tasks()
-                if not busy:
+                if busy:
+                    await asyncio.wait(busy, return_when=asyncio.FIRST_COMPLETED)
+                elif not was_busy:
                     return
-                await asyncio.wait(busy, return_when=asyncio.FIRST_COMPLETED)
         finally:
             hb.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -321,6 +327,10 @@ class Worker:
             for t in (waiter, stopper):
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await t
+        if waiter.done() and not waiter.cancelled() and waiter.exception() is not None:
+            # e.g. Redis down, or an ACL without BLPOP: do not spin on it
+            log.error("waiting for work failed: %r; retrying in 1s", waiter.exception())
+            await self._sleep_or_stop(1.0)
 
     async def _sleep_or_stop(self, timeout: float, event: asyncio.Event | None = None) -> None:
         waits = [asyncio.create_task(self._stop.wait())]

@@ -29,8 +29,12 @@ def open_store(url: str, *, prefix: str = "sf", partitions: int = 1, **kwargs: A
     if scheme == "memory":
         import fakeredis  # a test dependency: only memory:// needs it
 
+        # Only the store's own options apply: there is no connection to tune.
+        unknown = set(kwargs) - {"max_events_per_run"}
+        if unknown:
+            raise TypeError(f"memory:// takes no connection options, got {sorted(unknown)}")
         client = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer(), decode_responses=True)
-        store = RedisStore(client, prefix=prefix, partitions=partitions)
+        store = RedisStore(client, prefix=prefix, partitions=partitions, **kwargs)
         store._label = "memory://"
         return store
     if scheme in ("redis", "rediss", "unix"):

@@ -180,7 +180,7 @@ class RedisStore:
         max_events_per_run: a run's event log keeps about this many newest events
             (trimmed in blocks of ~100; at least 100).
         blocking_client: a client for blocking reads (BLPOP wake-ups, BRPOPLPUSH
-            result waits, XREAD of the feed), which hold a connection for
+            result waits, the feed's Pub/Sub), which hold a connection for
             seconds; default `client`. `from_url` gives
             them a pool of their own.
 
@@ -229,7 +229,7 @@ class RedisStore:
         kwargs.setdefault("socket_keepalive", True)
         # No read timeout on commands by default: any socket timeout makes
         # redis-py wrap every read in asyncio.wait_for (~14 µs a step write).
-        # Blocking reads (BLPOP, BRPOPLPUSH, XREAD of the feed) wait up to 5 s:
+        # Blocking reads (BLPOP, BRPOPLPUSH, the feed's Pub/Sub) wait up to 5 s:
         # their pool gets 30 s.
         command_timeout = kwargs.pop("socket_timeout", None)
         # Options of the store itself, not of the connection pool.

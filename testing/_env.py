@@ -17,6 +17,10 @@ __all__ = ["FlowTestEnv"]
 class FlowTestEnv:
     """Run flows in a test: memory store, fake clock, in-process worker.
 
+    The worker also delivers outbox intents (`sdk.emit`) to `channels` (default:
+    every `sdk.channel` handler registered in the process); `run_until_idle`
+    and `advance` deliver what is due, failed deliveries retry on `advance`.
+
     Every env has its own store (a fresh ``memory://`` unless one is given), so
     two envs in one process never see each other's runs.
 
@@ -37,6 +41,7 @@ class FlowTestEnv:
         lease_ttl: float = 30.0,
         concurrency: int = 16,
         flows: list[Callable[..., Any] | str] | None = None,
+        channels: list[Callable[..., Any] | str] | None = None,
     ) -> None:
         self.clock = clock or FakeClock()
         self._own_store = store is None
@@ -44,6 +49,7 @@ class FlowTestEnv:
         self._lease_ttl = lease_ttl
         self._concurrency = concurrency
         self._flows = flows
+        self._channels = channels
         self._started_clock = False
         self._client: Client | None = None
         self._worker: Worker | None = None
@@ -66,6 +72,7 @@ class FlowTestEnv:
             concurrency=self._concurrency,
             inline_backoff_max=0.0,
             name="flow-test-env",
+            channels=self._channels,
         )
         return self
 

@@ -110,11 +110,13 @@ async def one_step(markers: str, label: str) -> str:
 
 
 class WorkerProcess:
-    """One ``python -m sdk.worker tests.crashflows`` process, its output in a file."""
+    """One ``python -m sdk.worker tests.crashflows`` process (or `module`), its output in a file."""
 
-    def __init__(self, store_url: str, prefix: str, log: Path, *extra: str) -> None:
+    def __init__(
+        self, store_url: str, prefix: str, log: Path, *extra: str, module: str = "tests.crashflows"
+    ) -> None:
         self.args = [
-            sys.executable, "-m", "sdk.worker", "tests.crashflows",
+            sys.executable, "-m", "sdk.worker", module,
             "--store", store_url, "--prefix", prefix,
             "--lease-ttl", "1", "--concurrency", "4", *extra,
         ]  # fmt: skip
@@ -191,9 +193,9 @@ class Workers:
         self.logs = logs
         self.started: list[WorkerProcess] = []
 
-    def spawn(self, *extra: str) -> WorkerProcess:
+    def spawn(self, *extra: str, module: str = "tests.crashflows") -> WorkerProcess:
         log = self.logs / f"worker-{len(self.started) + 1}.log"
-        worker = WorkerProcess(self.store_url, self.prefix, log, *extra).start()
+        worker = WorkerProcess(self.store_url, self.prefix, log, *extra, module=module).start()
         self.started.append(worker)
         return worker
 

@@ -625,3 +625,15 @@ async def test_a_canceled_follower_stops_even_when_a_read_swallowed_the_cancel(
     assert swallowed.is_set()
     assert done == {task}
     assert task.cancelled()
+
+
+async def test_a_memory_store_takes_the_event_cap_and_refuses_connection_options() -> None:
+    from stores import open_store
+
+    store = open_store("memory://", max_events_per_run=100)
+    try:
+        assert store.max_events_per_run == 100
+    finally:
+        await store.close()
+    with pytest.raises(TypeError, match="ssl_ca_certs"):
+        open_store("memory://", ssl_ca_certs="/nope")

@@ -400,7 +400,8 @@ async def test_unannotated_dict_with_int_keys_is_refused_naming_the_step(
 DOC_PAGES = [
     ROOT / "README.md",
     *(ROOT / "docs" / f"{name}.md" for name in
-      ("quickstart", "concepts", "lifecycle", "testing", "operations", "api")),
+      ("quickstart", "concepts", "lifecycle", "side-effects", "security", "testing",
+       "operations", "api")),
 ]  # fmt: skip
 QUICKSTART = ROOT / "docs" / "quickstart.md"
 _BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)

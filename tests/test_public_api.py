@@ -17,6 +17,8 @@ DOCUMENTED_SDK = {
     # docs/api.md: documented additions
     "Authorizer", "Clock", "ErrorInfo", "Reason", "RunContext", "StepContext", "SystemClock",
     "CheckpointKind", "EventType", "RunOptions", "Versions",
+    # docs/outbox.md: the outbox
+    "emit", "channel", "Intent", "IntentStatus",
 }  # fmt: skip
 
 
