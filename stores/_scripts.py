@@ -15,6 +15,8 @@ Error replies are tables ``{'err', code, a, b}``; the store maps the codes to
 
 from __future__ import annotations
 
+import re
+
 from sdk._lifecycle import TRANSITIONS
 from sdk._types import RunStatus
 from stores._keys import RUN_SUFFIXES, SUFFIX
@@ -877,7 +879,49 @@ _BODIES: dict[str, str] = {
 }
 
 
+def _prelude_blocks(prelude: str) -> list[tuple[str, str]]:
+    """The prelude's top-level definitions, in order: (name, text with its comments)."""
+    blocks: list[tuple[str, str]] = []
+    name: str | None = None
+    lines: list[str] = []
+    comments: list[str] = []
+    for line in prelude.split("\n"):
+        match = re.match(r"local function (\w+)|local (\w+) =", line)
+        if match:
+            if name is not None:
+                blocks.append((name, "\n".join(lines)))
+            name = match.group(1) or match.group(2)
+            lines, comments = [*comments, line], []
+        elif line.startswith("--"):
+            comments.append(line)  # a top-level comment introduces the next definition
+        else:
+            lines.append(line)
+    if name is not None:
+        blocks.append((name, "\n".join(lines)))
+    return blocks
+
+
+def _minimal_prelude(blocks: list[tuple[str, str]], body: str) -> str:
+    """Only the definitions `body` needs, transitively: Redis runs a script's
+    whole prelude on every call (~1 µs a helper), so unused ones cost time."""
+    names = [n for n, _ in blocks]
+    text = dict(blocks)
+
+    def used(src: str) -> set[str]:
+        code = re.sub(r"--[^\n]*", "", src)  # a word in a comment is no dependency
+        return {n for n in names if re.search(rf"(?<![\w.]){re.escape(n)}(?!\w)", code)}
+
+    keep = {"P", "unpack", "K"} | used(body)
+    todo = list(keep)
+    while todo:
+        for dep in used(text[todo.pop()]) - keep:
+            keep.add(dep)
+            todo.append(dep)
+    return "\n".join(text[n] for n in names if n in keep) + "\n"
+
+
 def build_scripts(*, events_max: int) -> dict[str, str]:
-    """name -> full Lua source (prelude + body), with the store's event log cap."""
-    prelude = _PRELUDE.replace("@EVENTS_MAX@", str(int(events_max)))
-    return {name: prelude + body for name, body in _BODIES.items()}
+    """name -> Lua source (the prelude definitions it uses + body), with the
+    store's event log cap."""
+    blocks = _prelude_blocks(_PRELUDE.replace("@EVENTS_MAX@", str(int(events_max))))
+    return {name: _minimal_prelude(blocks, body) + body for name, body in _BODIES.items()}
