@@ -312,35 +312,7 @@ class RedisStore:
 
     async def create_run(self, new: NewRun) -> StartOutcome:
         k = self.keys
-        fields: list[Any] = [
-            "v", str(RUN_FORMAT_VERSION),
-            "id", new.run_id,
-            "flow", new.flow,
-            "args", new.args,
-            "queue", new.queue,
-            "priority", str(new.priority),
-            "created_at", _num(new.created_at),
-            "fence", "0",
-            "recoveries", "0",
-            "trace_id", new.options.trace_id or new.run_id,
-        ]  # fmt: skip
-        optional = {
-            "flow_version": new.flow_version,
-            "tenant_id": new.tenant_id,
-            "thread_id": new.options.thread_id,
-            "environment": new.options.environment,
-            "policy_snapshot_id": new.options.policy_snapshot_id,
-            "source_run_id": new.source_run_id,
-            "source_checkpoint_id": new.source_checkpoint_id,
-        }
-        for name, value in optional.items():
-            if value is not None:
-                fields += [name, value]
-        fields += self._lineage_fields(new)
-        if new.retention is not None:
-            fields += ["retention", _num(new.retention)]
-        if new.options.versions != Versions():
-            fields += ["versions", dumps(converter.unstructure(new.options.versions))]
+        fields = self._run_fields(new)
         event = dumps({"flow": new.flow, "queue": new.queue, "priority": new.priority})
         code, status = await self._call(
             "start",
@@ -352,6 +324,31 @@ class RedisStore:
                 f"run {new.run_id!r} already exists with different arguments or flow"
             )
         return StartOutcome(created=code == 1, status=RunStatus(status))
+
+    def _run_fields(self, new: NewRun) -> list[str]:
+        """The hash fields (flat name, value list) of a new run, started or derived."""
+        fields: list[str] = [
+            "v", str(RUN_FORMAT_VERSION), "id", new.run_id, "flow", new.flow, "args", new.args,
+            "queue", new.queue, "priority", str(new.priority),
+            "created_at", _num(new.created_at), "fence", "0", "recoveries", "0",
+            "trace_id", new.options.trace_id or new.run_id,
+        ]  # fmt: skip
+        optional = {
+            "flow_version": new.flow_version,
+            "tenant_id": new.tenant_id,
+            "thread_id": new.options.thread_id,
+            "environment": new.options.environment,
+            "policy_snapshot_id": new.options.policy_snapshot_id,
+            "source_run_id": new.source_run_id,
+            "source_checkpoint_id": new.source_checkpoint_id,
+        }
+        fields += [x for name, v in optional.items() if v is not None for x in (name, v)]
+        fields += self._lineage_fields(new)
+        if new.retention is not None:
+            fields += ["retention", _num(new.retention)]
+        if new.options.versions != Versions():
+            fields += ["versions", dumps(converter.unstructure(new.options.versions))]
+        return fields
 
     @staticmethod
     def _lineage_fields(new: NewRun) -> list[str]:
@@ -385,27 +382,7 @@ class RedisStore:
         event_data: str,
     ) -> None:
         k = self.keys
-        fields: list[str] = [
-            "v", str(RUN_FORMAT_VERSION), "id", new.run_id, "flow", new.flow, "args", new.args,
-            "queue", new.queue, "priority", str(new.priority),
-            "created_at", _num(new.created_at), "fence", "0", "recoveries", "0",
-            "trace_id", new.options.trace_id or new.run_id,
-        ]  # fmt: skip
-        optional = {
-            "flow_version": new.flow_version,
-            "tenant_id": new.tenant_id,
-            "thread_id": new.options.thread_id,
-            "environment": new.options.environment,
-            "policy_snapshot_id": new.options.policy_snapshot_id,
-            "source_run_id": new.source_run_id,
-            "source_checkpoint_id": new.source_checkpoint_id,
-        }
-        fields += [x for name, v in optional.items() if v is not None for x in (name, v)]
-        fields += self._lineage_fields(new)
-        if new.retention is not None:
-            fields += ["retention", _num(new.retention)]
-        if new.options.versions != Versions():
-            fields += ["versions", dumps(converter.unstructure(new.options.versions))]
+        fields = self._run_fields(new)
         reply = await self._call(
             "derive",
             [k.run(new.run_id), k.journal(new.run_id)],
@@ -762,17 +739,19 @@ class RedisStore:
 
     async def wait_ready(self, queues: Sequence[str] | None, timeout: float) -> bool:
         names = list(queues) if queues else [None]
-        # BLPOP's timeout is in seconds (0 would block forever).
-        secs = max(timeout, 0.001)
-        if self.keys.partitions == 1:
-            keys = [self.keys.wake(0, q) for q in names]
-            return await self.blocking_client.blpop(keys, timeout=secs) is not None
+        return await self._blpop_any(
+            [[self.keys.wake(p, q) for q in names] for p in self._partitions()], timeout
+        )
+
+    async def _blpop_any(self, per_partition: list[list[str]], timeout: float) -> bool:
+        """BLPOP until any of the lists has an element (or `timeout` seconds)."""
+        secs = max(timeout, 0.001)  # BLPOP's timeout is in seconds (0 blocks forever)
+        if len(per_partition) == 1:
+            return await self.blocking_client.blpop(per_partition[0], timeout=secs) is not None
         # One BLPOP per partition: a cluster refuses keys of several slots in one.
         waits = [
-            asyncio.ensure_future(
-                self.blocking_client.blpop([self.keys.wake(p, q) for q in names], timeout=secs)
-            )
-            for p in self._partitions()
+            asyncio.ensure_future(self.blocking_client.blpop(keys, timeout=secs))
+            for keys in per_partition
         ]
         try:
             done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
@@ -892,26 +871,12 @@ class RedisStore:
         return [(iid, h) for iid, h in zip(ordered, rows, strict=True) if h]
 
     async def wait_intents(self, channels: Sequence[str], timeout: float) -> bool:
-        secs = max(timeout, 0.001)  # BLPOP's timeout is in seconds (0 blocks forever)
         if not channels:
-            await asyncio.sleep(secs)
+            await asyncio.sleep(max(timeout, 0.001))
             return False
-        # One BLPOP per partition: a cluster refuses keys of several slots in one.
-        waits = [
-            asyncio.ensure_future(
-                self.blocking_client.blpop(
-                    [self.keys.outbox_wake(p, c) for c in channels], timeout=secs
-                )
-            )
-            for p in self._partitions()
-        ]
-        try:
-            done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-            return any(t.result() is not None for t in done)
-        finally:
-            for t in waits:
-                t.cancel()
-            await asyncio.gather(*waits, return_exceptions=True)
+        return await self._blpop_any(
+            [[self.keys.outbox_wake(p, c) for c in channels] for p in self._partitions()], timeout
+        )
 
 
 def _redact(url: str) -> str:
