@@ -107,6 +107,7 @@ class StepSpec:
     _rtype: Any = None
     _rtype_done: bool = False
     _sigs: dict[bool, inspect.Signature] = attrs.field(factory=dict)
+    _plain: dict[bool, tuple[str, ...] | None] = attrs.field(factory=dict)
 
     def request_hash(
         self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -116,6 +117,12 @@ class StepSpec:
         sig = self._sigs.get(method)
         if sig is None:
             sig = self._sigs[method] = inspect.signature(fn)
+            simple = all(p.kind is p.POSITIONAL_OR_KEYWORD for p in sig.parameters.values())
+            self._plain[method] = tuple(sig.parameters) if simple else None
+        names = self._plain[method]
+        if names is not None and not kwargs and len(args) <= len(names):
+            # what Signature.bind gives for positional calls, without its cost
+            return request_hash(args, kwargs, dict(zip(names, args, strict=False)))
         try:
             named: dict[str, Any] | None = dict(sig.bind(*args, **kwargs).arguments)
         except TypeError:  # the call itself will fail; hash what was passed

@@ -258,6 +258,9 @@ def request_hash(
     in every process. With `named` (the arguments bound to parameter names),
     ``f(10)`` and ``f(amount=10)`` are the same request."""
     payload: Any = named if named is not None else [list(args), kwargs]
+    if named is not None and all(type(v) in _SCALARS for v in named.values()):
+        # plain values: the converter would give them back as they are
+        return hashlib.blake2b(_canonical(named).encode(), digest_size=12).hexdigest()
     try:
         text = _canonical(_hashing.unstructure(payload))
     except Exception:

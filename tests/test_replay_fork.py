@@ -8,6 +8,8 @@ carry the execution count, so a reused result and a re-executed one differ.
 
 from __future__ import annotations
 
+import hashlib
+import inspect
 import os
 import subprocess
 import sys
@@ -1073,3 +1075,29 @@ async def test_status_of_a_replay_is_the_same_through_every_python_api() -> None
         assert await status_views(env.client, replay) == agreeing(
             "waiting_for_human", "waiting_for_human"
         )
+
+
+def test_the_request_hash_fast_paths_agree_with_the_general_one() -> None:
+    from sdk._activation import StepSpec
+    from sdk._serde import _canonical, _hashing, request_hash
+
+    async def charge(amount: int, currency: str = "EUR", note: object = None) -> str:
+        return ""
+
+    spec = StepSpec("charge", None, "use_recorded_result", charge)
+    calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = [
+        ((10,), {}),
+        ((10, "USD"), {}),
+        ((), {"amount": 10}),
+        ((10,), {"currency": "USD"}),
+        ((1.5, "x", None), {}),
+        ((10, "USD", {"k": [1, 2]}), {}),
+    ]
+    for args, kwargs in calls:
+        named = dict(inspect.signature(charge).bind(*args, **kwargs).arguments)
+        slow = hashlib.blake2b(
+            _canonical(_hashing.unstructure(named)).encode(), digest_size=12
+        ).hexdigest()
+        assert spec.request_hash(charge, args, kwargs) == slow, (args, kwargs)
+        assert request_hash(args, kwargs, named) == slow
+    assert spec.request_hash(charge, (10,), {}) == spec.request_hash(charge, (), {"amount": 10})
