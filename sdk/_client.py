@@ -273,13 +273,17 @@ class Client:
 
     # -- steering ---------------------------------------------------------------
 
-    async def _authorize(self, actor: str | None, action: str, run_id: str) -> None:
-        """Ask the authorizer; a refusal writes only an ``auth.denied`` event."""
+    async def _authorize(self, actor: str | None, action: str, run_id: str) -> StoredRun | None:
+        """Ask the authorizer; a refusal writes only an ``auth.denied`` event.
+
+        Returns the run it read to decide (None without an authorizer), so a
+        caller that needs the run does not read it again.
+        """
         if self.authorizer is None:
-            return
-        record = await self.get(run_id)
-        if actor is not None and self.authorizer.can(actor, action, record):
-            return
+            return None
+        stored = await self._stored(run_id)
+        if actor is not None and self.authorizer.can(actor, action, self._with_result(stored)):
+            return stored
         await self.store.audit(
             run_id, "auth.denied", self.clock.time(), dumps({"actor": actor, "action": action})
         )
@@ -378,8 +382,8 @@ class Client:
                 ``run.resumed`` event records ``force: true``.
             actor: who resumes (required when the client has an authorizer).
         """
-        await self._authorize(actor, "force_resume" if force else "resume", run_id)
-        stored = await self._stored(run_id)
+        authorized = await self._authorize(actor, "force_resume" if force else "resume", run_id)
+        stored = authorized or await self._stored(run_id)
         discard = None
         err = stored.record.error
         if (
