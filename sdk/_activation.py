@@ -309,8 +309,10 @@ class Activation:
             return StepEvent("step.completed", "", "step_completed")
         err = rec.error or {}
         if rec.state is State.FAILED:
+            # a step that ended in failure is a boundary too: the flow may catch
+            # it and carry on without that result (a degraded step)
             data = {"type": err.get("type"), "message": err.get("message"), "reason": rec.reason}
-            return StepEvent("step.failed", dumps(data))
+            return StepEvent("step.failed", dumps(data), "step_completed")
         optional = "retry_scheduled" if self.flow.optional_checkpoints else ""
         data = {"attempt": rec.attempts, "due": rec.due, "type": err.get("type"),
                 "message": err.get("message")}  # fmt: skip

@@ -440,6 +440,8 @@ class Client:
         ``reexecute`` runs it again. ``now()``/``uuid4()`` values are reused;
         waits and sleeps wait again. Idempotency keys stay those of the lineage's
         first run, so a re-executed side effect can be deduplicated remotely.
+        From the finish of a failed run, the failure that failed it is left out
+        (as `resume` discards it), so the failing call runs again.
         """
         return await self._derive("replay", run_id, checkpoint_id, actor, new_run_id, {})
 
@@ -500,9 +502,22 @@ class Client:
         if chosen is None:
             raise ValueError(f"run {run_id!r} has no checkpoint {wanted!r}")
         upto = int(chosen["seq"])
+        # From the finish of a failed run, the failure that failed it is not
+        # copied (as resume discards it): that call runs again in the new run.
+        err = rec.error
+        dropped = (
+            err.step_key
+            if chosen["kind"] == "run_finished"
+            and rec.status is RunStatus.FAILED
+            and err is not None
+            and err.reason != Reason.NON_DETERMINISM.value
+            else None
+        )
         seed: list[tuple[str, str]] = []
         lineage: dict[str, str] = dict(source.lineage)  # the source's own, still unused
         for key, raw in source.journal.items():
+            if key == dropped:
+                continue
             parsed = Record.from_json(raw)
             if int(source.jseq.get(key, "0").split(":", 1)[0]) <= upto:
                 # before the checkpoint: replayed as it is, except what waits again

@@ -133,6 +133,16 @@ class EventType(enum.StrEnum):
     """An outbound intent was recorded with its step (see the outbox)."""
     AUTH_DENIED = "auth.denied"
     """The authorizer (or a wait's approvers) refused an action; nothing else changed."""
+    OUTBOX_SENT = "outbox.sent"
+    """A delivery of an outbound intent succeeded (its handler returned)."""
+    OUTBOX_FAILED = "outbox.failed"
+    """A delivery failed; another is scheduled (data: error, due)."""
+    OUTBOX_DEAD = "outbox.dead"
+    """A delivery failed for good; the intent is not delivered again (data: error, reason)."""
+    OUTBOX_CANCELED = "outbox.canceled"
+    """Canceling the run canceled a pending intent."""
+    OUTBOX_RESTORED = "outbox.restored"
+    """Resuming a canceled run made a canceled intent pending again."""
 
     def __str__(self) -> str:
         return self.value

@@ -25,15 +25,13 @@ __all__ = ["build_scripts"]
 
 
 def _lua_table() -> str:
-    suffixes = ", ".join(f"{k}={v!r}" for k, v in SUFFIX.items())
     allowed = ", ".join(
         f"{src.value}={{{', '.join(f'{dst.value}=true' for dst in sorted(dsts))}}}"
         for src, dsts in TRANSITIONS.items()
     )
     terminal = ", ".join(f"{s.value}=true" for s in RunStatus if s.is_terminal)
-    run_keys = ", ".join(repr(name) for name in RUN_SUFFIXES)
+    run_keys = ", ".join(repr(SUFFIX[name]) for name in RUN_SUFFIXES)
     return (
-        f"local K = {{{suffixes}}}\n"
         f"local ALLOWED = {{{allowed}}}\n"
         f"local TERMINAL = {{{terminal}}}\n"
         f"local RUN_KEYS = {{{run_keys}}}\n"
@@ -103,29 +101,41 @@ end
 
 -- A write of an activation is allowed only with the current fencing token
 -- while the run is running: a lost lease, a takeover or a cancel all bump it.
+-- Returns the run's write counters {fence, status, jseq, cp_n} (for
+-- journaled) when the write may go ahead, else nil.
 local function fenced(id, fence)
-  local key = rk(id)
-  return redis.call('HGET', key, 'fence') == fence
-    and redis.call('HGET', key, 'status') == 'running'
+  local run = redis.call('HMGET', rk(id), 'fence', 'status', 'jseq', 'cp_n')
+  if run[1] == fence and run[2] == 'running' then return run end
+  return nil
 end
 
--- A one-element list: waiters read it without taking it (BRPOPLPUSH onto
--- itself), so every waiter wakes; ~200 bytes where a one-entry stream took ~4.7 KB.
--- Append an event to the run's log and to the partition's feed (both capped).
+-- Append an event to the run's log and publish it on the partition's feed.
 -- Fields, not JSON: `data` is JSON made by the client and passed through.
-local function emit(id, etype, at, step, data)
-  local f = {'type', etype, 'at', at}
-  if step and step ~= '' then f[#f + 1] = 'step'; f[#f + 1] = step end
-  if data and data ~= '' then f[#f + 1] = 'data'; f[#f + 1] = data end
-  local eid = redis.call('XADD', P .. K.events .. id, 'MAXLEN', '~', EVENTS_MAX, '*', unpack(f))
+-- The log is capped (MAXLEN ~ EVENTS_MAX) by a separate XTRIM: trimming costs
+-- an XADD several µs, so an event that comes with a journal write (`seq`, its
+-- write number: a step's result, a wait's outcome) trims only every 100th
+-- write; every other event trims at once.
+local function emit(id, etype, at, step, data, seq)
+  step, data = step or '', data or ''
+  local log = P .. K.events .. id
+  local eid
+  if step == '' and data == '' then
+    eid = redis.call('XADD', log, '*', 'type', etype, 'at', at)
+  elseif data == '' then
+    eid = redis.call('XADD', log, '*', 'type', etype, 'at', at, 'step', step)
+  elseif step == '' then
+    eid = redis.call('XADD', log, '*', 'type', etype, 'at', at, 'data', data)
+  else
+    eid = redis.call('XADD', log, '*', 'type', etype, 'at', at, 'step', step, 'data', data)
+  end
+  if not seq or tonumber(seq) % 100 == 0 then
+    redis.call('XTRIM', log, 'MAXLEN', '~', EVENTS_MAX)
+  end
   -- Live followers get it by Pub/Sub (nothing stored; nearly free with no
   -- subscriber): fields "<byte length>:<bytes>" in the order run, event id,
   -- type, at, step, data. They look trace and tenant ids up once per run.
-  local msg = {}
-  for _, v in ipairs({id, eid, etype, at, step or '', data or ''}) do
-    msg[#msg + 1] = #v .. ':' .. v
-  end
-  redis.call('PUBLISH', P .. K.feed, table.concat(msg))
+  redis.call('PUBLISH', P .. K.feed, #id .. ':' .. id .. #eid .. ':' .. eid .. #etype .. ':'
+             .. etype .. #at .. ':' .. at .. #step .. ':' .. step .. #data .. ':' .. data)
   return eid
 end
 
@@ -140,18 +150,28 @@ local function checkpoint(id, kind, step, status, at)
 end
 
 -- A journal write: the record, its write sequence (js: entry), the run's
--- progress. With `at`, the write is also a step_completed checkpoint: a
--- completed step's record is final, so that checkpoint lives in its js: entry
--- ("seq:id:at") instead of a stream entry (see RedisStore.checkpoints).
-local function journaled(id, jkey, step, record, at)
-  local key = rk(id)
+-- progress. `run` is what fenced() returned; its counters are advanced here and
+-- written back with the progress in one HSET, so take checkpoints (which count
+-- on the hash) only after a script's journal writes. With `at`, the write is
+-- also a step_completed checkpoint: a completed step's record is final, so that
+-- checkpoint lives in its js: entry ("seq:id:at") instead of a stream entry
+-- (see RedisStore.checkpoints).
+local function journaled(id, run, jkey, step, record, at)
+  run[3] = string.format('%.0f', (tonumber(run[3]) or 0) + 1)
+  run[4] = run[4] or '0'
+  local mark = run[3]
+  if at then
+    run[4] = string.format('%.0f', tonumber(run[4]) + 1)
+    mark = mark .. ':' .. run[4] .. ':' .. at
+  end
   redis.call('HSET', jkey, step, record)
-  local mark = redis.call('HINCRBY', key, 'jseq', 1)
-  if at then mark = mark .. ':' .. redis.call('HINCRBY', key, 'cp_n', 1) .. ':' .. at end
   redis.call('HSET', P .. K.jseq .. id, step, mark)
-  redis.call('HSET', key, 'current_step', step, 'recoveries', '0')
+  redis.call('HSET', rk(id), 'current_step', step, 'recoveries', '0',
+             'jseq', run[3], 'cp_n', run[4])
 end
 
+-- A one-element list: waiters read it without taking it (BRPOPLPUSH onto
+-- itself), so every waiter wakes; ~200 bytes where a one-entry stream took ~4.7 KB.
 local function finished(id, status)
   redis.call('DEL', P .. K.done .. id)
   redis.call('RPUSH', P .. K.done .. id, status)
@@ -237,7 +257,7 @@ local function purge(id)
   end
   purge_intents(id)
   local doomed = {}
-  for _, s in ipairs(RUN_KEYS) do doomed[#doomed + 1] = P .. K[s] .. id end
+  for _, s in ipairs(RUN_KEYS) do doomed[#doomed + 1] = P .. s .. id end
   redis.call('UNLINK', unpack(doomed))
 end
 
@@ -458,8 +478,9 @@ end
 redis.call('HSET', key, 'args_hash', ARGV[3])
 local nj = tonumber(ARGV[i])
 i = i + 1
+local run = {false, false, false, false}  -- a new run: no counters yet
 for _ = 1, nj do
-  journaled(id, KEYS[2], ARGV[i], ARGV[i + 1])
+  journaled(id, run, KEYS[2], ARGV[i], ARGV[i + 1])
   i = i + 2
 end
 for j = i, #ARGV, 2 do redis.call('HSET', P .. K.lineage .. id, ARGV[j], ARGV[j + 1]) end
@@ -497,10 +518,13 @@ return {{f, r, nt, nl},
 #       event type|'', event data|'', checkpoint kind|''
 _RECORD = r"""
 local id = ARGV[2]
-if not fenced(id, ARGV[3]) then return 0 end
-local stepcp = ARGV[9] == 'step_completed'
-journaled(id, KEYS[2], ARGV[4], ARGV[5], stepcp and ARGV[6] or nil)
-if ARGV[7] ~= '' then emit(id, ARGV[7], ARGV[6], ARGV[4], ARGV[8]) end
+local run = fenced(id, ARGV[3])
+if not run then return 0 end
+-- A result's step_completed checkpoint lives in its js: entry (a result is
+-- final); a failure's is a stream entry, kept when resume discards the failure.
+local stepcp = ARGV[9] == 'step_completed' and ARGV[7] ~= 'step.failed'
+journaled(id, run, KEYS[2], ARGV[4], ARGV[5], stepcp and ARGV[6] or nil)
+if ARGV[7] ~= '' then emit(id, ARGV[7], ARGV[6], ARGV[4], ARGV[8], run[3]) end
 if ARGV[9] ~= '' and not stepcp then checkpoint(id, ARGV[9], ARGV[4], 'running', ARGV[6]) end
 return 1
 """
@@ -509,7 +533,8 @@ return 1
 #       record prefix (ends in "value":), timeout record
 _CONSUME = r"""
 local id = ARGV[2]
-if not fenced(id, ARGV[3]) then return {-1} end
+local run = fenced(id, ARGV[3])
+if not run then return {-1} end
 -- The client retries a call whose reply was lost: if the first run already
 -- consumed (or timed out), answer the same instead of popping another signal.
 local prev = redis.call('HGET', KEYS[2], ARGV[4])
@@ -521,13 +546,13 @@ if prev then
 end
 local v = redis.call('LPOP', mbk(id, ARGV[5]))
 if v then
-  journaled(id, KEYS[2], ARGV[4], ARGV[8] .. v .. '}')
-  emit(id, 'wait.completed', ARGV[6], ARGV[4], '')
+  journaled(id, run, KEYS[2], ARGV[4], ARGV[8] .. v .. '}')
+  emit(id, 'wait.completed', ARGV[6], ARGV[4], '', run[3])
   return {1, v}
 end
 if ARGV[7] ~= '' and tonumber(ARGV[6]) >= tonumber(ARGV[7]) then
-  journaled(id, KEYS[2], ARGV[4], ARGV[9])
-  emit(id, 'wait.timed_out', ARGV[6], ARGV[4], '')
+  journaled(id, run, KEYS[2], ARGV[4], ARGV[9])
+  emit(id, 'wait.timed_out', ARGV[6], ARGV[4], '', run[3])
   return {2}
 end
 return {0}
@@ -540,10 +565,11 @@ return {0}
 # run, so a signal that landed after the activation looked is not lost.
 _SUSPEND = r"""
 local id = ARGV[2]
-if not fenced(id, ARGV[3]) then return -1 end
+local run = fenced(id, ARGV[3])
+if not run then return -1 end
 local i = 8
 for _ = 1, tonumber(ARGV[7]) do
-  journaled(id, KEYS[2], ARGV[i], ARGV[i + 1])
+  journaled(id, run, KEYS[2], ARGV[i], ARGV[i + 1])
   i = i + 2
 end
 local ready = ARGV[5] ~= '' and tonumber(ARGV[4]) >= tonumber(ARGV[5])
@@ -715,12 +741,20 @@ if not (st == 'failed' or st == 'canceled' or st == 'waiting_for_signal'
         or st == 'waiting_for_human') then
   return err('transition', st, 'running')
 end
+local head = tonumber(redis.call('HGET', KEYS[1], 'cp_n') or '0')
+if TERMINAL[st] and head > 0 then head = head - 1 end  -- the one before run_finished
 if ARGV[3] ~= '' then
+  -- the failure is discarded: when the newest checkpoint before run_finished
+  -- is the one the failing step took, continue from the one before it
+  local last = redis.call('XREVRANGE', P .. K.checkpoints .. id, '+', '-', 'COUNT', 2)[2]
+  if last then
+    local f = {}
+    for j = 1, #last[2], 2 do f[last[2][j]] = last[2][j + 1] end
+    if tonumber(f.id) == head and f.step == ARGV[3] then head = head - 1 end
+  end
   redis.call('HDEL', KEYS[2], ARGV[3])
   redis.call('HDEL', P .. K.jseq .. id, ARGV[3])
 end
-local head = tonumber(redis.call('HGET', KEYS[1], 'cp_n') or '0')
-if TERMINAL[st] and head > 0 then head = head - 1 end
 redis.call('HDEL', KEYS[1], 'result', 'result_type', 'error', 'reason', 'finished_at',
            'expires_at')
 redis.call('ZREM', P .. K.expiry, id)
@@ -911,7 +945,7 @@ def _minimal_prelude(blocks: list[tuple[str, str]], body: str) -> str:
         code = re.sub(r"--[^\n]*", "", src)  # a word in a comment is no dependency
         return {n for n in names if re.search(rf"(?<![\w.]){re.escape(n)}(?!\w)", code)}
 
-    keep = {"P", "unpack", "K"} | used(body)
+    keep = {"P", "unpack"} | used(body)
     todo = list(keep)
     while todo:
         for dep in used(text[todo.pop()]) - keep:
@@ -924,4 +958,11 @@ def build_scripts(*, events_max: int) -> dict[str, str]:
     """name -> Lua source (the prelude definitions it uses + body), with the
     store's event log cap."""
     blocks = _prelude_blocks(_PRELUDE.replace("@EVENTS_MAX@", str(int(events_max))))
-    return {name: _minimal_prelude(blocks, body) + body for name, body in _BODIES.items()}
+    return {
+        name: _key_suffixes(_minimal_prelude(blocks, body) + body) for name, body in _BODIES.items()
+    }
+
+
+def _key_suffixes(src: str) -> str:
+    """``K.name`` -> the key suffix itself (a table of them would be built per call)."""
+    return re.sub(r"(?<![\w.])K\.(\w+)", lambda m: repr(SUFFIX[m.group(1)]), src)

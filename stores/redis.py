@@ -17,7 +17,6 @@ import redis.asyncio as aioredis
 from redis.asyncio.client import PubSub
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
-from redis.commands.core import AsyncScript
 
 from sdk._serde import converter, dumps, loads
 from sdk._types import RUN_FORMAT_VERSION, ErrorInfo, RunRecord, RunStatus, Versions
@@ -30,6 +29,7 @@ from sdk.errors import (
     RunNotFound,
 )
 from stores._keys import SUFFIX, Keys
+from stores._lane import Lane, Script
 from stores._protocol import (
     Claim,
     IntentClaim,
@@ -42,6 +42,7 @@ from stores._protocol import (
     StoredRun,
     TickResult,
 )
+from stores._resp import fast_packing
 from stores._scripts import build_scripts
 
 __all__ = ["RedisStore"]
@@ -205,9 +206,11 @@ class RedisStore:
             raise ValueError(f"max_events_per_run must be at least 100, got {max_events_per_run}")
         self.max_events_per_run = max_events_per_run
         scripts = build_scripts(events_max=max_events_per_run)
-        self._scripts: dict[str, AsyncScript] = {
-            name: client.register_script(src) for name, src in scripts.items()
-        }
+        self._scripts = {name: Script(src) for name, src in scripts.items()}
+        # Every operation is a script call: they go by a lane of their own
+        # (see stores._lane), up to as many connections as the command pool.
+        pool = client.connection_pool
+        self._lane = Lane(pool, min(getattr(pool, "max_connections", 64), 64))
         self._label = "redis"
 
     @classmethod
@@ -253,7 +256,7 @@ class RedisStore:
             socket_timeout=command_timeout,
             **kwargs,
         )
-        client = aioredis.Redis.from_pool(pool)  # owns the pool: aclose() closes it
+        client = aioredis.Redis.from_pool(fast_packing(pool))  # owns the pool: aclose() closes it
         # Blocking reads (worker wake-ups, result waiters) each hold a connection
         # for seconds: they get a pool of their own so they never starve writes.
         blocking = aioredis.Redis.from_url(
@@ -263,6 +266,7 @@ class RedisStore:
             socket_timeout=max(command_timeout or 0.0, 30.0),
             **kwargs,
         )
+        fast_packing(blocking.connection_pool)
         store = cls(client, prefix=prefix, partitions=partitions, blocking_client=blocking, **caps)
         store._label = _redact(url)
         return store
@@ -275,6 +279,7 @@ class RedisStore:
         }
 
     async def close(self) -> None:
+        await self._lane.close()
         if self.blocking_client is not self.client:
             await self.blocking_client.aclose()
         await self.client.aclose()
@@ -282,7 +287,7 @@ class RedisStore:
     # -- helpers ---------------------------------------------------------
 
     async def _call(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        return await self._scripts[name](keys=list(keys), args=list(args))
+        return await self._lane.run(self._scripts[name], keys, args)
 
     @staticmethod
     def _raise(run_id: str, reply: Any) -> None:

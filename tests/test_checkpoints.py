@@ -117,6 +117,16 @@ async def self_signal() -> Any:
     return await wait_for("go")
 
 
+@flow(name="tests.checkpoints.degraded")
+async def degraded() -> str:
+    a = await work("a")
+    try:
+        b = await work("b")
+    except ValueError:
+        b = "fallback"  # the flow carries on without that result
+    return await work(a + "+" + b)
+
+
 @flow(name="tests.checkpoints.raises")
 async def raises() -> None:
     await work("a")
@@ -315,7 +325,7 @@ async def test_a_step_run_twice_across_a_crash_is_checkpointed_once() -> None:
         ]  # fmt: skip
 
 
-async def test_a_failed_step_takes_no_step_checkpoint_and_the_run_finishes_failed(
+async def test_a_step_that_fails_for_good_is_checkpointed_and_the_run_finishes_failed(
     store: RedisStore,
 ) -> None:
     FAIL.add("b")
@@ -326,8 +336,26 @@ async def test_a_failed_step_takes_no_step_checkpoint_and_the_run_finishes_faile
             await handle.result()
 
         assert await rows(env, handle.run_id) == [
-            STARTED, completed("work#1"), finished("failed"),
+            STARTED, completed("work#1"), completed("work#2"), finished("failed"),
         ]  # fmt: skip
+
+
+async def test_a_degraded_step_failed_but_caught_takes_one_step_checkpoint(
+    store: RedisStore,
+) -> None:
+    FAIL.add("b")
+    async with FlowTestEnv(FakeClock(START), store=store) as env:
+        handle = await env.start(degraded)
+        await env.run_until_idle()
+        assert await handle.result() == "a+fallback"
+
+        assert await rows(env, handle.run_id) == [
+            STARTED, completed("work#1"), completed("work#2"), completed("work#3"),
+            finished("completed"),
+        ]  # fmt: skip
+        types = [(e.type, e.step_key) for e in await env.client.events(handle.run_id, limit=100)]
+        assert ("step.failed", "work#2") in types
+        assert ("step.completed", "work#2") not in types
 
 
 async def test_a_flow_error_finishes_the_run_failed() -> None:
@@ -479,10 +507,11 @@ async def test_resuming_a_failed_run_continues_from_the_checkpoint_before_its_fi
         handle = await env.start(steps_and_values)
         await env.run_until_idle()
         before = await rows(env, handle.run_id)
-        assert before == [STARTED, completed("work#1"), finished("failed")]
+        assert before == [STARTED, completed("work#1"), completed("work#2"), finished("failed")]
 
         FAIL.clear()  # the fix is deployed
         await env.client.resume(handle.run_id, actor="ops")
+        # the failure of work#2 is discarded: the run continues from before it
         assert (await env.client.get(handle.run_id)).resume_from_checkpoint_id == "2"
         await env.run_until_idle()
         assert await handle.result() == ["a", "b", "c"]

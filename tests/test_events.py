@@ -171,6 +171,23 @@ async def test_every_event_type_is_an_event_type_member_equal_to_its_string() ->
     assert [EventType(e.type) for e in events] == [e.type for e in events]
 
 
+def test_every_type_the_engine_writes_is_an_event_type_member() -> None:
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    lua = (root / "stores" / "_scripts.py").read_text()
+    written = set(re.findall(r"emit\(\w+, '([a-z_]+\.[a-z_]+)'", lua))
+    assert "'run.' .. ARGV[6]" in lua  # the waiting statuses
+    written |= {"run.waiting_for_signal", "run.waiting_for_human"}
+    assert "'outbox.' .. outcome" in lua  # the settled outcomes
+    written |= {"outbox.sent", "outbox.dead"}
+    python = (root / "sdk" / "_activation.py").read_text()
+    written |= set(re.findall(r'StepEvent\("([a-z_]+\.[a-z_]+)"', python))
+    assert len(written) > 20
+    assert written <= {t.value for t in EventType}, written - {t.value for t in EventType}
+
+
 async def test_a_failed_step_logs_its_error_and_the_run_its_failure(store: RedisStore) -> None:
     FAIL.add("b")
     async with FlowTestEnv(FakeClock(START), store=store) as env:

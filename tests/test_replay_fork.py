@@ -856,18 +856,41 @@ async def test_a_forks_retry_policy_does_not_replace_a_steps_own_policy() -> Non
         assert CALLS == {"reserve": 1, "picky": 2}
 
 
-async def test_a_fork_from_the_head_of_a_failed_run_replays_the_failure_as_recorded() -> None:
+async def test_a_fork_from_the_head_of_a_failed_run_runs_the_failed_step_again() -> None:
+    async with FlowTestEnv() as env:
+        KNOBS["flaky_failures"] = 2
+        source = await env.start(fragile)
+        with pytest.raises(RunFailed):
+            await run_to_end(env, source.run_id)
+
+        # the head is the failed finish: the failure is not copied (as resume
+        # discards it), so the step runs again, under the fork's retry policy
+        fork = await env.client.fork(
+            source.run_id, retry=RetryPolicy(max_attempts=3, initial_interval=1.0)
+        )
+        await env.run_until_idle()
+        await env.advance(1)
+
+        assert await fork.result() == "up"
+        assert CALLS == {"reserve": 1, "flaky": 3}  # 1 in the source, 2 in the fork
+        assert (await env.client.get(source.run_id)).status == "failed"  # untouched
+
+
+async def test_a_fork_from_the_failed_steps_own_checkpoint_copies_its_failure() -> None:
     async with FlowTestEnv() as env:
         KNOBS["flaky_failures"] = 1
         source = await env.start(fragile)
         with pytest.raises(RunFailed) as original:
             await run_to_end(env, source.run_id)
+        at_failure = await checkpoint_after(env.client, source.run_id, "tests.replay.flaky#1")
 
-        fork = await env.client.fork(source.run_id, retry=RetryPolicy(max_attempts=3))
+        fork = await env.client.fork(
+            source.run_id, checkpoint_id=at_failure, retry=RetryPolicy(max_attempts=3)
+        )
         with pytest.raises(RunFailed) as again:
             await run_to_end(env, fork.run_id)
 
-        assert again.value.error == original.value.error
+        assert again.value.error == original.value.error  # the recorded outcome, as it was
         assert CALLS == {"reserve": 1, "flaky": 1}
 
 

@@ -6,6 +6,8 @@ import hashlib
 import json
 from typing import Any
 
+import pytest
+
 from sdk._journal import Kind, Record, State
 from sdk._types import RunStatus
 from stores._keys import SUFFIX
@@ -135,3 +137,20 @@ class FeedRecorder:
 
     async def close(self) -> None:
         await self.store.unfollow(self.subscription)
+
+
+def count_sent(store: RedisStore, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The first command of each round trip `store` makes from now on, as it goes
+    over the wire (script calls and plain commands, on every connection)."""
+    sent: list[str] = []
+    classes = {c.connection_pool.connection_class for c in (store.client, store.blocking_client)}
+    for cls in classes:
+        send = cls.send_packed_command
+
+        async def counting(self: Any, command: Any, *a: Any, _send: Any = send, **kw: Any) -> None:
+            first = command if isinstance(command, bytes) else b"".join(command)
+            sent.append(first.split(b"\r\n", 3)[2].decode().upper())
+            await _send(self, command, *a, **kw)
+
+        monkeypatch.setattr(cls, "send_packed_command", counting)
+    return sent

@@ -48,25 +48,6 @@ async def run_field(store: RedisStore, run_id: str, field: str) -> Any:
     return await store.client.hget(store.keys.run(run_id), field)
 
 
-class Counted:
-    def __init__(self) -> None:
-        self.commands: list[str] = []
-
-
-@pytest.fixture(name="counted")
-def counted_fixture(store: RedisStore, monkeypatch: pytest.MonkeyPatch) -> Counted:
-    """Count the commands the store sends (a script call is one EVALSHA)."""
-    counter = Counted()
-    send = store.client.execute_command
-
-    async def counting(*args: Any, **options: Any) -> Any:
-        counter.commands.append(str(args[0]))
-        return await send(*args, **options)
-
-    monkeypatch.setattr(store.client, "execute_command", counting)
-    return counter
-
-
 # -- record and mark -------------------------------------------------------------------
 
 
@@ -98,18 +79,18 @@ async def test_the_first_claim_appends_run_started_and_the_run_started_checkpoin
 
 
 async def test_record_with_a_step_event_writes_event_and_checkpoint_in_one_round_trip(
-    store: RedisStore, counted: Counted
+    store: RedisStore, sent: list[str]
 ) -> None:
     claim = await start_and_claim(store, "r1")
     await store.record("r1", claim.run.fence, "~now#1", step_record("~now#1", 0), now=T0)
-    counted.commands.clear()  # the script is loaded by now
+    sent.clear()  # the script is loaded by now
 
     await store.record(
         "r1", claim.run.fence, "s#1", step_record("s#1", 1, 42), now=T0 + 2,
         event=StepEvent("step.completed", "", "step_completed"),
     )  # fmt: skip
 
-    assert counted.commands == ["EVALSHA"]
+    assert sent == ["EVALSHA"]
     last = (await events(store, "r1"))[-1]
     assert last.fields == {"type": "step.completed", "at": repr(T0 + 2), "step": "s#1"}
     cps = await store.checkpoints("r1")
@@ -174,15 +155,15 @@ async def test_a_refused_record_appends_no_event_and_no_checkpoint(store: RedisS
 
 
 async def test_mark_appends_step_started_and_its_checkpoint_in_one_round_trip(
-    store: RedisStore, counted: Counted
+    store: RedisStore, sent: list[str]
 ) -> None:
     claim = await start_and_claim(store, "r1")
     await store.mark("r1", claim.run.fence, "warm-up#1", T0)
-    counted.commands.clear()  # the script is loaded by now
+    sent.clear()  # the script is loaded by now
 
     await store.mark("r1", claim.run.fence, "s#1", T0 + 3)
 
-    assert counted.commands == ["EVALSHA"]
+    assert sent == ["EVALSHA"]
     last = (await events(store, "r1"))[-1]
     assert last.fields == {"type": "step.started", "at": repr(T0 + 3), "step": "s#1"}
     cp = (await store.checkpoints("r1"))[-1]

@@ -9,7 +9,6 @@ intents; deleting a run keeps its undelivered intents until they are settled.
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
 
@@ -18,7 +17,14 @@ from sdk._types import RunStatus
 from sdk.errors import LeaseLost
 from stores._protocol import IntentClaim
 from stores.redis import RedisStore
-from tests.conformance._support import T0, journal_of, start_and_claim, status_of, step_record
+from tests.conformance._support import (
+    T0,
+    count_sent,
+    journal_of,
+    start_and_claim,
+    status_of,
+    step_record,
+)
 from tests.conformance.test_events import TRICKY
 
 LEASE = 30.0
@@ -60,14 +66,7 @@ async def test_record_out_writes_the_step_and_its_intents_in_one_round_trip(
 ) -> None:
     first = await start_and_claim(store, "r1")
     await store.record_out("r1", first.run.fence, "w#1", step_record("w#1", 0), [intent("r1", 0)])
-    sent: list[str] = []
-    execute = store.client.execute_command
-
-    async def counting(*args: Any, **options: Any) -> Any:
-        sent.append(str(args[0]))
-        return await execute(*args, **options)
-
-    monkeypatch.setattr(store.client, "execute_command", counting)
+    sent = count_sent(store, monkeypatch)
     out = [intent("r1", 1, payload=TRICKY), intent("r1", 2, channel="sms")]
     await store.record_out("r1", first.run.fence, "s#1", step_record("s#1", 1), out, now=T0)
     assert sent == ["EVALSHA"]
