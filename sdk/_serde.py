@@ -50,6 +50,9 @@ FORMAT_VERSION = 1
 converter = make_converter(omit_if_default=True)
 converter.register_unstructure_hook(uuid.UUID, str)
 converter.register_structure_hook(uuid.UUID, lambda v, _: uuid.UUID(v))
+# `object` inside an annotation (dict[str, object], list[object]) means "any JSON
+# value": rebuilt as the JSON gave it (exactly `object`, not its subclasses).
+converter.register_structure_hook_func(lambda t: t is object, lambda v, _: v)
 converter.register_unstructure_hook(decimal.Decimal, str)
 converter.register_structure_hook(decimal.Decimal, lambda v, _: decimal.Decimal(v))
 
@@ -151,14 +154,22 @@ def encode_value(value: Any, declared: Any, what: str) -> tuple[Any, str | None]
         raise SerializationError(f"{what}: cannot unstructure as {declared!r}: {exc}") from None
     _check_json(data, what, tp)
     if not isinstance(declared, type):
-        # A generic or union annotation: prove the value rebuilds before recording it.
+        # A generic or union annotation: prove the value rebuilds, as it is,
+        # before recording it (Any or object inside an annotation would turn a
+        # datetime into a string, a tuple into a list: replay would differ).
         try:
-            converter.structure(data, declared)
+            rebuilt = converter.structure(data, declared)
         except Exception as exc:
             raise SerializationError(
                 f"{what}: {value!r} does not fit the annotation {declared!r} "
                 f"(it would not rebuild on replay: {exc})"
             ) from None
+        if rebuilt != value:
+            raise SerializationError(
+                f"{what}: under the annotation {declared!r}, {value!r:.100} would come back "
+                f"as {rebuilt!r:.100} on replay; annotate the values inside exactly "
+                "(e.g. dict[str, datetime]) or store plain JSON values"
+            )
     return data, None
 
 

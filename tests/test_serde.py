@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from sdk import flow, step
 from sdk._journal import Journal, Kind, Record, State
 from sdk._serde import (
     FORMAT_VERSION,
@@ -25,6 +26,7 @@ from sdk._serde import (
     rebuild_exception,
 )
 from sdk.errors import SerializationError, StepError
+from testing import FlowTestEnv
 
 # -- strategies --------------------------------------------------------------------
 
@@ -216,6 +218,56 @@ def test_an_unannotated_value_round_trips_through_its_recorded_type(
 def test_a_timedelta_round_trips_exactly(value: dt.timedelta) -> None:
     data, _ = encode_value(value, dt.timedelta, "test value")
     assert decode_value(loads(dumps(data)), dt.timedelta, None, "test value") == value
+
+
+@pytest.mark.parametrize("declared", [dict[str, object], list[object], dict[str, list[object]]])
+def test_object_inside_an_annotation_takes_any_json_value(declared: Any) -> None:
+    @given(json_values)
+    def check(value: Any) -> None:
+        shaped = (
+            {"v": value}
+            if declared == dict[str, object]
+            else [value]
+            if declared == list[object]
+            else {"v": [value]}
+        )
+        data, tpath = encode_value(shaped, declared, "test value")
+        assert tpath is None
+        assert decode_value(loads(dumps(data)), declared, None, "test value") == shaped
+
+    check()
+
+
+@pytest.mark.parametrize(
+    ("value", "declared"),
+    [
+        ({"at": dt.datetime(2030, 1, 1, tzinfo=dt.UTC)}, dict[str, object]),
+        ({"at": dt.datetime(2030, 1, 1, tzinfo=dt.UTC)}, dict[str, Any]),  # would be a str
+        ([(1, 2)], list[Any]),  # the tuple would come back a list
+        ((1, 2), list[int]),
+    ],
+    ids=["datetime-in-object", "datetime-in-any", "tuple-in-any", "tuple-as-list"],
+)
+def test_a_value_that_would_come_back_changed_is_refused(value: Any, declared: Any) -> None:
+    with pytest.raises(SerializationError, match="summary#1"):
+        encode_value(value, declared, "result of step 'summary#1'")
+
+
+@step
+async def loose_step() -> dict[str, object]:
+    return {"a": 1, "b": [1, "two", None]}
+
+
+@flow(name="tests.serde.loose")
+async def loose_flow() -> dict[str, object]:
+    return {"step": await loose_step(), "n": 3}
+
+
+async def test_a_flow_and_step_annotated_with_object_inside_complete() -> None:
+    async with FlowTestEnv() as env:
+        handle = await env.start(loose_flow)
+        await env.run_until_idle()
+        assert await handle.result() == {"step": {"a": 1, "b": [1, "two", None]}, "n": 3}
 
 
 def test_an_unstorable_value_names_what_was_being_stored() -> None:
