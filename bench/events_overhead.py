@@ -20,8 +20,10 @@ its own key prefix), stay up and take turns run by run:
 - C: B with ``@flow(optional_checkpoints=True)`` (a ``step_started`` event and
   checkpoint per step: one more round trip; reported, no target).
 
-The target applies to B/A (against the engine before events) and to B/B0
-(events and checkpoints alone, in one engine). Round i runs one short run
+The target applies to B/A: the per-step overhead of the core issue's engine
+against this one's, with events and checkpoints on. B/B0 (events and
+checkpoints alone, within this engine) is reported next to it, marked when it
+is above the same 10%. Round i runs one short run
 (``--steps``) on each, in the order A, B0, B, C rotated by i, so machine noise
 falls on all four alike. Reported: the pooled median
 and p90 per engine, their ratios, and the range of the ratios over blocks of
@@ -400,7 +402,8 @@ def _figures(
         "overhead_us": overhead,
         "overhead_us_median_by_block": {v: [b["median"] for b in by_block[v]] for v in VARIANTS},
         "ratio": ratios,
-        "met": max(ratios[k]["median"]["pooled"] for k in ("B/A", "B/B0")) <= TARGET_RATIO,
+        "met": ratios["B/A"]["median"]["pooled"] <= TARGET_RATIO,
+        "events_alone_within_10pct": ratios["B/B0"]["median"]["pooled"] <= TARGET_RATIO,
         "per_step": {
             v: {
                 "round_trips": c["per_step"]["round_trips"],
@@ -438,15 +441,15 @@ def report(r: dict[str, Any]) -> str:
             rng(ra["B/A"][q]),
             verdict(ra["B/A"][q]["pooled"]),
             rng(ra["B/B0"][q]),
-            verdict(ra["B/B0"][q]["pooled"]),
+            "" if ra["B/B0"][q]["pooled"] <= r["target_ratio"] else f"> {r['target_ratio']:.2f}",
             o["C"][q],
             rng(ra["C/A"][q]),
         )
         for q in ("median", "p90")
     ]
     target = f"<= {r['target_ratio']:.2f}"
-    head = ["µs per step", "A", "B0", "B", f"B/A (blocks), {target}", "",
-            f"B/B0 (blocks), {target}", "", "C", "C/A (blocks)"]  # fmt: skip
+    head = ["µs per step", "A", "B0", "B", f"B/A (blocks), target {target}", "",
+            "B/B0 (blocks): events + checkpoints alone", "", "C", "C/A (blocks)"]  # fmt: skip
     nb = len(r["overhead_us_median_by_block"]["A"])
     out = [
         f"per-step overhead (step - undecorated call): {r['rounds']} runs x {r['steps']} "
