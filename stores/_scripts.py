@@ -112,9 +112,9 @@ end
 -- Append an event to the run's log and publish it on the partition's feed.
 -- Fields, not JSON: `data` is JSON made by the client and passed through.
 -- The log is capped (MAXLEN ~ EVENTS_MAX) by a separate XTRIM: trimming costs
--- an XADD several µs, so an event that comes with a journal write (`seq`, its
--- write number: a step's result, a wait's outcome) trims only every 100th
--- write; every other event trims at once.
+-- an XADD several µs, so an event that comes with a numbered write (`seq`: a
+-- journal write's number, or an optional step_started checkpoint's id) trims
+-- only at every 100th; every other event trims at once.
 local function emit(id, etype, at, step, data, seq)
   step, data = step or '', data or ''
   local log = P .. K.events .. id
@@ -631,8 +631,8 @@ return 1
 _MARK = r"""
 local id = ARGV[2]
 if not fenced(id, ARGV[3]) then return 0 end
-emit(id, 'step.started', ARGV[5], ARGV[4], '')
-checkpoint(id, 'step_started', ARGV[4], 'running', ARGV[5])
+local n = checkpoint(id, 'step_started', ARGV[4], 'running', ARGV[5])
+emit(id, 'step.started', ARGV[5], ARGV[4], '', n)  -- trims at every 100th checkpoint
 return 1
 """
 
