@@ -197,7 +197,7 @@ def counting(store: RedisStore) -> Counter:
 
 
 def _counting_class(base: type, counter: Counter) -> type:
-    class CountingConnection(base):  # type: ignore[valid-type, misc]
+    class CountingConnection(base):  # type: ignore[misc]
         def pack_command(self, *args: Any) -> Any:
             name = args[0].decode() if isinstance(args[0], bytes) else str(args[0])
             name = name.split()[0].upper()

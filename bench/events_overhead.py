@@ -494,7 +494,7 @@ def report(r: dict[str, Any]) -> str:
     small = [k for k in keys if k not in big]
 
     def total(v: str, names: list[str]) -> float:
-        return sum(mem[v].get(k, 0.0) for k in names)
+        return float(sum(mem[v].get(k, 0.0) for k in names))
 
     own = [k for k in keys if not k.endswith("(shared)")]
     rows3: list[tuple[Any, ...]] = [

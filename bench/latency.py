@@ -32,6 +32,7 @@ from typing import Any
 from bench import flows
 from bench._common import bench_store, emit, new_prefix, parser, summary, table
 from sdk import Client
+from sdk._registry import flow_def_of
 
 __all__ = ["main", "measure"]
 
@@ -108,7 +109,9 @@ async def measure(url: str, runs: int = 500, warmup: int = 50) -> dict[str, Any]
             for fn in (flows.trivial, flows.one_step):
                 await _series(client, fn, warmup)
                 series = await _series(client, fn, runs)
-                name = fn.__steadyflow_flow__.name
+                fd = flow_def_of(fn)
+                assert fd is not None
+                name = fd.name
                 results[name] = {k: summary(v, 1e3) for k, v in series.items()}
     results["latency_median_ms"] = results["bench.trivial"]["total"]["median"]
     return results

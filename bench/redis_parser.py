@@ -26,7 +26,7 @@ import statistics
 import time
 from typing import Any
 
-from redis.asyncio.connection import _AsyncRESP3Parser
+from redis.asyncio.connection import _AsyncRESP3Parser  # type: ignore[attr-defined]
 from redis.utils import HIREDIS_AVAILABLE
 
 from bench import flows, replay, step_overhead, throughput

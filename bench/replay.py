@@ -78,7 +78,7 @@ async def measure(
         )
         fd = get_flow("bench.replay_then_wait")
         timed = _TimedStore(store)
-        engine = Engine(store=timed, clock=clock, owner="bench-replay")  # type: ignore[arg-type]
+        engine = Engine(store=timed, clock=clock, owner="bench-replay")
         # Pass 1: the activation, phase by phase (as Worker._spawn does it).
         for i, h in enumerate(handles[:runs]):
             await client.signal(h.run_id, "go", 1)
