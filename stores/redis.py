@@ -175,6 +175,8 @@ class RedisStore:
 
     Args:
         client: a redis-py asyncio client created with ``decode_responses=True``.
+            Store operations (Lua scripts) go over connections its pool makes
+            for the store (see ``stores._lane``); other commands use the client.
         prefix: first part of every key; deployments sharing a Redis use different ones.
         partitions: how many hash-tag partitions runs spread over (1 unless on a
             Redis Cluster); every process of a deployment must use the same number.
