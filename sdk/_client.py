@@ -273,15 +273,19 @@ class Client:
 
     # -- steering ---------------------------------------------------------------
 
-    async def _authorize(self, actor: str | None, action: str, run_id: str) -> StoredRun | None:
+    async def _authorize(
+        self, actor: str | None, action: str, run_id: str, stored: StoredRun | None = None
+    ) -> StoredRun | None:
         """Ask the authorizer; a refusal writes only an ``auth.denied`` event.
 
-        Returns the run it read to decide (None without an authorizer), so a
-        caller that needs the run does not read it again.
+        Decides on `stored` when the caller has read the run already; else reads
+        it and returns it (None without an authorizer), so a caller that needs
+        the run does not read it again.
         """
         if self.authorizer is None:
             return None
-        stored = await self._stored(run_id)
+        if stored is None:
+            stored = await self._stored(run_id)
         if actor is not None and self.authorizer.can(actor, action, self._with_result(stored)):
             return stored
         await self.store.audit(
@@ -479,10 +483,10 @@ class Client:
         new_run_id: str | None,
         options: dict[str, Any],
     ) -> RunHandle:
-        await self._authorize(actor, kind, run_id)
-        source = await self.store.read_lineage(run_id)
+        source = await self.store.read_lineage(run_id)  # the run, read once
         if source is None:
             raise RunNotFound(run_id)
+        await self._authorize(actor, kind, run_id, source.run)
         rec = source.run.record
         if options and self.authorizer is not None:
             can_fork = getattr(self.authorizer, "can_fork", None)

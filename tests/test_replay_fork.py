@@ -47,6 +47,7 @@ from sdk.errors import (
 from stores._keys import RUN_SUFFIXES, SUFFIX
 from stores.redis import RedisStore
 from testing import FlowTestEnv
+from tests.conformance._support import key_content
 
 CALLS: Counter[str] = Counter()
 IDEM_KEYS: defaultdict[str, list[str]] = defaultdict(list)  # step name -> keys it saw
@@ -199,19 +200,9 @@ async def raw_redis_state(store: RedisStore, run_id: str) -> dict[str, Any]:
     for name in await c.smembers(keys["mailboxes"]):
         keys[f"mailbox {name}"] = f"{base}{SUFFIX['mailbox']}{len(run_id)}:{run_id}:{name}"
     for what, key in keys.items():
-        kind = await c.type(key)
-        if kind == "hash":
-            state[what] = await c.hgetall(key)
-        elif kind == "stream":
-            state[what] = await c.xrange(key, "-", "+")
-        elif kind == "list":
-            state[what] = await c.lrange(key, 0, -1)
-        elif kind == "set":
-            state[what] = sorted(await c.smembers(key))
-        elif kind == "string":
-            state[what] = await c.get(key)
-        else:
-            assert kind == "none", (key, kind)
+        content = await key_content(store, key)
+        if content is not None:
+            state[what] = content
     indexes = [SUFFIX[s] for s in ("runs", "timers", "leases", "expiry")]
     indexes += [SUFFIX["status"] + s.value for s in RunStatus]
     indexes += [SUFFIX["queue"] + q for q in await c.smembers(base + SUFFIX["queues"])]

@@ -18,7 +18,7 @@ from sdk.errors import Forbidden, InvalidTransition, RunFailed, RunNotFound
 from stores._keys import RUN_SUFFIXES, SHARED_SUFFIXES, SUFFIX
 from stores.redis import RedisStore
 from testing import FlowTestEnv
-from tests.conformance._support import FeedRecorder
+from tests.conformance._support import FeedRecorder, snapshot
 
 HOUR = 3600.0
 
@@ -302,26 +302,6 @@ async def test_delete_of_a_finished_run_deletes_every_key_of_it(outcome: str) ->
         assert ("run.deleted", {"reason": "deleted", "actor": None}) in await rec.of("to-delete")
 
 
-async def dump(store: RedisStore) -> dict[str, Any]:
-    """Every key's content except the feed (a refused delete must change none)."""
-    out: dict[str, Any] = {}
-    async for key in store.client.scan_iter(match=store.keys.pattern()):
-        kind = await store.client.type(key)
-        if kind == "hash":
-            out[key] = await store.client.hgetall(key)
-        elif kind == "zset":
-            out[key] = await store.client.zrange(key, 0, -1, withscores=True)
-        elif kind == "set":
-            out[key] = await store.client.smembers(key)
-        elif kind == "list":
-            out[key] = await store.client.lrange(key, 0, -1)
-        elif kind == "stream" and key != store.keys.feed(0):
-            out[key] = await store.client.xrange(key)
-        elif kind == "string":
-            out[key] = await store.client.get(key)
-    return out
-
-
 @pytest.mark.parametrize(
     "status",
     [RunStatus.PENDING, RunStatus.RUNNING, RunStatus.WAITING_FOR_SIGNAL,
@@ -343,12 +323,12 @@ async def test_delete_of_a_run_that_has_not_finished_raises_and_deletes_nothing(
         if status is not RunStatus.PENDING:
             await env.run_until_idle()
         assert await handle.status() is status
-        before = await dump(store_of(env))
+        before = await snapshot(store_of(env))
 
         with pytest.raises(InvalidTransition, match="deleted"):
             await env.client.delete(handle.run_id)
 
-        assert await dump(store_of(env)) == before
+        assert await snapshot(store_of(env)) == before
 
 
 @flow(name="tests.retention.human_gate", retention=HOUR)

@@ -154,3 +154,32 @@ def count_sent(store: RedisStore, monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
         monkeypatch.setattr(cls, "send_packed_command", counting)
     return sent
+
+
+async def key_content(store: RedisStore, key: str) -> Any:
+    """What `key` holds, read by its type (None when it does not exist)."""
+    c = store.client
+    kind = await c.type(key)
+    if kind == "hash":
+        return await c.hgetall(key)
+    if kind == "zset":
+        return await c.zrange(key, 0, -1, withscores=True)
+    if kind == "set":
+        return await c.smembers(key)
+    if kind == "list":
+        return await c.lrange(key, 0, -1)
+    if kind == "stream":
+        return await c.xrange(key)
+    if kind == "string":
+        return await c.get(key)
+    assert kind == "none", (key, kind)
+    return None
+
+
+async def snapshot(store: RedisStore) -> dict[str, Any]:
+    """Type and content of every key of this store (the feed excepted)."""
+    return {
+        key: await key_content(store, key)
+        async for key in store.client.scan_iter(match=store.keys.pattern())
+        if key != store.keys.feed(0)
+    }

@@ -26,6 +26,7 @@ from tests.conformance._support import (
     FeedRecorder,
     claim_ids,
     new_run,
+    snapshot,
     start_and_claim,
     status_index,
     status_of,
@@ -39,27 +40,6 @@ ERROR = json.dumps({"type": "builtins:ValueError", "message": "bad", "reason": "
 async def keys_naming(store: RedisStore, run_id: str) -> set[str]:
     """Every key of this store whose name contains `run_id`."""
     return {k async for k in store.client.scan_iter(match=store.keys.pattern()) if run_id in k}
-
-
-async def snapshot(store: RedisStore) -> dict[str, object]:
-    """Type and content of every key of this store (the feed excepted)."""
-    out: dict[str, object] = {}
-    async for key in store.client.scan_iter(match=store.keys.pattern()):
-        kind = await store.client.type(key)
-        if kind == "hash":
-            out[key] = await store.client.hgetall(key)
-        elif kind == "zset":
-            out[key] = await store.client.zrange(key, 0, -1, withscores=True)
-        elif kind == "set":
-            out[key] = await store.client.smembers(key)
-        elif kind == "list":
-            out[key] = await store.client.lrange(key, 0, -1)
-        elif kind == "stream":
-            if key != store.keys.feed(0):
-                out[key] = await store.client.xrange(key)
-        else:
-            out[key] = await store.client.get(key)
-    return out
 
 
 async def indexed(store: RedisStore, run_id: str) -> set[str]:
