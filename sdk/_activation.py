@@ -1,87 +1,84 @@
-"""One activation: a worker executing a flow function from the top against its journal.
+"""One activation: a worker executing a run's flow against its journal, a round at a time.
 
-Every intercepted call (a step, a wait, a sleep, ``now``, ``uuid4``) gets a
-step key and a *position* synchronously when it is made. A call whose key has
-a completed record returns the recorded value; a call without one runs and is
-recorded with one fenced write. A call that must wait registers a pending
-wait and raises `_Suspend`; when the flow has stopped, in-flight steps are
-settled and one script parks the run (re-checking the mailboxes, so a signal
-that landed meanwhile is not lost).
+The flow's code runs on its own deterministic loop (`sdk._aio.FlowLoop`).
+The activation runs it until every task of the flow is blocked (a *round*),
+then works out what comes next and delivers it in the next round:
+
+- **Replay.** The journal says in which round each recorded outcome was
+  delivered (`Record.r`). They are delivered in those rounds again, so
+  concurrent code (``gather``, ``asyncio.wait``, timeouts) takes the same path;
+  a call made in another order than recorded is a `NonDeterminismError`.
+- **Live.** Calls the journal has no outcome for start at the *live frontier*:
+  a step's body runs on the worker's loop (`sdk._steprun`) and its outcome is
+  written with one fenced write. Writes that are in flight together form a
+  *batch*; the batch's number is written into each record, and the batch is
+  delivered as one round once all of its writes are back.
+- **Waits** (``wait_for``, ``sleep``, asyncio timers, retry backoffs) complete
+  one at a time, in call order, and only while the flow still waits for them
+  (`sdk._aio.interested`): when one of several raced waits wins, the others
+  are withdrawn instead of consuming a later signal.
+- **Park.** With nothing running and nothing that can complete now, one
+  script parks the run on the waits the flow still waits for (re-checking
+  their mailboxes, so a signal that landed meanwhile is not lost).
+- **Discard.** Whenever the activation ends (parked, finished, crashed, lease
+  lost), the flow's remaining tasks are unwound with `_Evicted`, a
+  `BaseException`: ``finally`` blocks and ``__aexit__`` run, but every call
+  they make to a step, a wait or a timer raises `_Evicted` at once, so the
+  unwinding runs no step and writes nothing. They run for real when a later
+  activation reaches them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
-import inspect
+import contextvars
 import logging
-import types
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from sdk import _steprun
+from sdk._aio import FlowLoop, FlowTask, interested
 from sdk._clock import Clock
-from sdk._context import RunContext, StepContext, _run_var, _step_var
+from sdk._context import RunContext, _run_var
+from sdk._intercept import Abandon, Interceptor
 from sdk._journal import Journal, Kind, Record, State, StepEvent
+from sdk._ops import STEP_TAG, NowOp, Op, Outcome, SleepOp, StepOp, TimerOp, UuidOp, ValueOp, WaitOp
 from sdk._registry import RESULT_GRACE
 from sdk._retry import RetryPolicy
-from sdk._serde import (
-    converter,
-    decode_value,
-    dumps,
-    encode_exception,
-    encode_value,
-    loads,
-    rebuild_exception,
-    request_hash,
-    type_path,
-)
-from sdk._types import Decision, ErrorInfo, Reason, RunStatus
-from sdk.errors import (
-    IdempotencyConflict,
-    LeaseLost,
-    NonDeterminismError,
-    SerializationError,
-    WaitTimeout,
-)
+from sdk._serde import converter, dumps, encode_value, loads, type_path
+from sdk._types import ErrorInfo, Reason, RunStatus
+from sdk.errors import FlowBlocked, LeaseLost, NonDeterminismError, SerializationError
 
 if TYPE_CHECKING:
     from sdk._outbox import NewIntent
     from sdk._registry import FlowDef
+    from sdk._step import StepSpec
     from stores._protocol import Store, StoredRun
 
-__all__ = ["Activation", "Engine", "StepSpec"]
+__all__ = ["Activation", "Engine"]
 
 log = logging.getLogger("steadyflow.worker")
 
 _TOKEN = object()
-_STEP_TAG = "__steadyflow_step__"
 
 
-class _Suspend(BaseException):
-    """Parks the run. A BaseException, so ``except Exception`` cannot swallow it.
-
-    Only the engine can construct it.
-    """
+class _Evicted(BaseException):
+    """Unwinds a flow whose activation ended. A BaseException, so ``except
+    Exception`` cannot swallow it; only the engine can construct it."""
 
     def __init__(self, token: object) -> None:
         if token is not _TOKEN:
-            raise TypeError("the suspension signal is raised by Steadyflow only")
-        super().__init__("run suspended (waiting); this is not an error")
+            raise TypeError("the eviction signal is raised by Steadyflow only")
+        super().__init__("this activation of the run ended (it parked, finished or stopped)")
 
 
-class _Crash(BaseException):
-    """The activation is abandoned at once, as if its process died: a simulated
-    crash (testing), or a store error that leaves the outcome of a write unknown.
-    Nothing more is written; the lease expires and another activation continues."""
-
-    def __init__(self, token: object, key: str) -> None:
-        if token is not _TOKEN:
-            raise TypeError("simulated crashes come from FlowTestEnv.crash_at only")
-        super().__init__(f"activation abandoned at {key!r}")
+class _Stop(BaseException):
+    """Unwinds a step execution or a write of an activation that stopped."""
 
 
 @attrs.define
@@ -92,70 +89,39 @@ class Engine:
     clock: Clock
     owner: str
     inline_backoff_max: float = 1.0
-    settle_timeout: float = 30.0
-    crash_points: dict[str, str] = attrs.field(factory=dict)  # step key -> "before"|"after"
+    interceptors: list[Interceptor] = attrs.field(factory=list)
 
 
-@attrs.define
-class StepSpec:
-    """A decorated step's options."""
+@attrs.define(eq=False)
+class _Batch:
+    """Outcome writes in flight together; delivered as one round (`round`)."""
 
-    name: str
-    retry: RetryPolicy | None
-    replay: str
-    fn: Callable[..., Any]
-    _rtype: Any = None
-    _rtype_done: bool = False
-    _sigs: dict[bool, inspect.Signature] = attrs.field(factory=dict)
-    _plain: dict[bool, tuple[str, ...] | None] = attrs.field(factory=dict)
-
-    def request_hash(
-        self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> str:
-        """The ledger's hash of a call, by parameter name (a bound method: without self)."""
-        method = isinstance(fn, types.MethodType)
-        sig = self._sigs.get(method)
-        if sig is None:
-            sig = self._sigs[method] = inspect.signature(fn)
-            simple = all(p.kind is p.POSITIONAL_OR_KEYWORD for p in sig.parameters.values())
-            self._plain[method] = tuple(sig.parameters) if simple else None
-        names = self._plain[method]
-        if names is not None and not kwargs and len(args) <= len(names):
-            # what Signature.bind gives for positional calls, without its cost
-            return request_hash(args, kwargs, dict(zip(names, args, strict=False)))
-        try:
-            named: dict[str, Any] | None = dict(sig.bind(*args, **kwargs).arguments)
-        except TypeError:  # the call itself will fail; hash what was passed
-            named = None
-        return request_hash(args, kwargs, named)
-
-    def return_type(self) -> Any:
-        if not self._rtype_done:
-            from sdk._serde import return_type
-
-            self._rtype = return_type(self.fn)
-            self._rtype_done = True
-        return self._rtype
+    round: int
+    inflight: int = 0
+    closed: bool = False  # one of its writes is back: later writes open the next batch
+    outcomes: list[tuple[Op, Outcome]] = attrs.field(factory=list)
 
 
-@attrs.define
-class _Pending:
-    key: str
-    record: str | None  # pending record to write with the suspension
-    mailbox: str | None
-    deadline: float | None
-    human: bool
-    approvers: tuple[str, ...] | None = None
+class _DurableTimer(asyncio.TimerHandle):
+    op: TimerOp
 
 
-def _tag(exc: BaseException, key: str, reason: str) -> BaseException:
-    with contextlib.suppress(AttributeError, TypeError):  # exotic exception types
-        setattr(exc, _STEP_TAG, (key, reason))
-    return exc
+def _due(op: Op) -> float | None:
+    if isinstance(op, WaitOp):
+        return op.deadline
+    if isinstance(op, (SleepOp, TimerOp)):
+        return op.due
+    if isinstance(op, StepOp):
+        return op.retry_due
+    return None
+
+
+def _pos(op: Op) -> int:
+    return op.pos
 
 
 class Activation:
-    """Executes one claimed run once."""
+    """Executes one claimed run until it parks, ends, or stops."""
 
     def __init__(
         self,
@@ -175,32 +141,60 @@ class Activation:
         self.journal = journal
         self.flow = flow
         self.context = RunContext(self)
+        self.log = log
         # Mailboxes that held signals at claim time (None: unknown). A wait on
-        # another one parks at once; the suspend script re-checks every mailbox.
-        self.mail = mail
-        # A replay's or fork's reusable results of its source runs (raw JSON by key).
-        self._lineage_raw = lineage or {}
-        root = stored.record.root_run_id or self.run_id
-        self._key_root = root
+        # another one parks without a consume; the park script re-checks them all.
+        self.mail = set(mail) if mail is not None else None
+        self._lineage_raw = lineage or {}  # a replay's or fork's reusable results
+        self.has_lineage = bool(self._lineage_raw)
+        self.key_root = stored.record.root_run_id or self.run_id
         self.retry_override = RetryPolicy.from_json(stored.retry) if stored.retry else None
-        self.suspending = False
-        self.crashed = False
+        self.round = 0  # the last round delivered
+        self.live = not journal.by_pos  # past the last recorded round
+        self.discarding = False
+        self.abandoned = False
+        self.parking = False
         self.store_error: Exception | None = None
-        self.fatal: LeaseLost | NonDeterminismError | None = None
+        self.lost: LeaseLost | None = None
+        self.fatal: NonDeterminismError | None = None
         self._pos = 0
         self._counts: dict[str, int] = {}
-        self._pending: list[_Pending] = []
-        # Intercepted calls in progress, and the tasks they run in (see _settle).
-        self._open = 0
-        self._open_tasks: dict[asyncio.Task[Any], int] = {}
-        self._idle = asyncio.Event()
-        self._idle.set()
+        self._ops: dict[int, Op] = {}  # calls made and not delivered yet, by position
+        self._asap: list[Op] = []  # format-1 outcomes: delivered as soon as called
+        self._new: list[Op] = []  # calls to start at the live frontier
+        self._waiting: dict[int, Op] = {}  # live calls waiting for a signal or a time
+        self._resolving: Op | None = None  # the one wait being completed
+        self._queued: list[Coroutine[Any, Any, None]] = []  # work to launch (see _launch)
+        self._tasks: dict[asyncio.Task[None], Op | None] = {}  # on the worker's loop
+        self._writing: set[asyncio.Task[Any]] = set()
+        self._batches: collections.deque[_Batch] = collections.deque()
+        self._inline = False  # work runs inline (the only work in flight)
+        self._direct: tuple[int, Op, Outcome] | None = None  # its outcome, for the next round
+        self._last_batch = journal.max_round
+        self._kick_fut: asyncio.Future[None] | None = None
+        self._ctx = contextvars.copy_context()
+        self._ctx.run(_run_var.set, self)
+        # AbstractEventLoop is no ABC at run time; mypy sees the I/O methods that
+        # FlowLoop refuses (set in a loop at import) as missing.
+        self.loop = FlowLoop(self)  # type: ignore[abstract]
+        self.main: FlowTask | None = None
 
-    # -- keys and positions ------------------------------------------------------
+    # -- what the worker and the run context read ---------------------------------
 
     @property
     def is_replaying(self) -> bool:
-        return self._pos <= self.journal.last_pos
+        """Re-walking recorded rounds (or unwinding a discarded flow)."""
+        return self.discarding or not self.live
+
+    @property
+    def crashed(self) -> bool:
+        return self.abandoned
+
+    @property
+    def suspending(self) -> bool:
+        return self.parking or self.discarding
+
+    # -- the flow's side: calls get a key and a position when they are made ---------
 
     def alloc(self, name: str) -> tuple[str, int]:
         """Next key for `name` and next position; synchronous, so gather is deterministic."""
@@ -210,85 +204,450 @@ class Activation:
         self._pos = pos + 1
         return f"{name}#{n}", pos
 
-    def check(self, key: str, pos: int) -> Record | None:
+    def step_call(
+        self, spec: StepSpec, fn: Callable[..., Any], args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Coroutine[Any, Any, Any]:  # fmt: skip
+        key, pos = self.alloc(spec.name)
+        return self._await(StepOp(key, pos, spec=spec, fn=fn, args=args, kwargs=kwargs))
+
+    def wait(
+        self, name: str, timeout: float | None, human: bool, approvers: tuple[str, ...] | None
+    ) -> Coroutine[Any, Any, Any]:
+        key, pos = self.alloc(f"~wait:{name}")
+        op = WaitOp(key, pos, name=name, human=human, approvers=approvers, timeout=timeout)
+        return self._await(op)
+
+    def sleep_until(self, until: float | None, duration: float | None) -> Coroutine[Any, Any, Any]:
+        key, pos = self.alloc("~sleep")
+        return self._await(SleepOp(key, pos, until=until, duration=duration))
+
+    def now(self) -> Coroutine[Any, Any, Any]:
+        key, pos = self.alloc("~now")
+        return self._await(NowOp(key, pos, make=lambda: self.clock.now().isoformat()))
+
+    def uuid4(self) -> Coroutine[Any, Any, Any]:
+        key, pos = self.alloc("~uuid4")
+        return self._await(UuidOp(key, pos, make=lambda: str(uuid.uuid4())))
+
+    async def _await(self, op: Op) -> Any:
+        self._begin(op)
+        assert op.fut is not None
+        return await op.fut
+
+    def _begin(self, op: Op) -> None:
+        if self.discarding or self.abandoned:
+            raise _Evicted(_TOKEN)
+        if self.fatal is not None:
+            raise self.fatal
+        op.owner = asyncio.current_task(self.loop)
+        op.fut = self.loop.create_future()
+        op.record = self._check(op.key, op.pos)
+        self._register(op)
+
+    def _register(self, op: Op) -> None:
+        self._ops[op.pos] = op
+        rec = op.delivery
+        if rec is None:
+            self._new.append(op)
+        elif rec.r is None:
+            self._asap.append(op)
+        elif rec.r <= self.round:
+            raise self._diverged(
+                NonDeterminismError(
+                    self.run_id, op.pos, rec.key, op.key,
+                    detail=f"the journal records {op.key!r} as completed in round {rec.r}, "
+                    "before the flow made this call (concurrent calls in another order)",
+                )
+            )  # fmt: skip
+
+    def _check(self, key: str, pos: int) -> Record | None:
         """The record for this call, or None; `NonDeterminismError` if the journal disagrees."""
         rec = self.journal.by_pos.get(pos)
         if rec is not None:
             if rec.key != key:
-                raise self._diverged(pos, rec.key, key)
+                raise self._diverged(NonDeterminismError(self.run_id, pos, rec.key, key))
             return rec
         if key in self.journal.by_key:
-            raise self._diverged(pos, None, key)
+            raise self._diverged(NonDeterminismError(self.run_id, pos, None, key))
         return None
 
-    def _diverged(self, pos: int, recorded: str | None, called: str) -> NonDeterminismError:
-        err = NonDeterminismError(self.run_id, pos, recorded, called)
+    def _diverged(self, err: NonDeterminismError) -> NonDeterminismError:
         if self.fatal is None:
             self.fatal = err
-        self.suspending = True
         return err
 
-    def _suspend(self) -> _Suspend:
-        # Only this branch is blocked: siblings run on until they block or end.
-        return _Suspend(_TOKEN)
+    # -- the flow loop's timers (asyncio.sleep, asyncio.timeout...) -------------------
 
-    async def _tracked(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> Any:
-        """Run one intercepted call, counted as open until it ends (see `_settle`)."""
-        task = asyncio.current_task()
-        self._open += 1
-        self._idle.clear()
-        if task is not None:
-            self._open_tasks[task] = self._open_tasks.get(task, 0) + 1
+    def time(self) -> float:
+        return self.clock.time()
+
+    def timer(
+        self,
+        loop: FlowLoop,
+        when: float,
+        callback: Callable[..., object],
+        args: tuple[Any, ...],
+        context: contextvars.Context | None,
+    ) -> asyncio.TimerHandle:
+        if self.discarding or self.abandoned:
+            raise _Evicted(_TOKEN)
+        if self.fatal is not None:
+            raise self.fatal
+        key, pos = self.alloc("~timer")
+        handle = _DurableTimer(when, callback, args, loop, context)
+        handle._scheduled = True  # type: ignore[attr-defined]  # cancel() tells the loop
+        op = handle.op = TimerOp(key, pos, handle=handle, owner=asyncio.current_task())
+        op.record = self._check(key, pos)
+        self._register(op)
+        return handle
+
+    def timer_cancelled(self, handle: asyncio.TimerHandle) -> None:
+        op = getattr(handle, "op", None)
+        if isinstance(op, TimerOp) and not op.done:
+            op.done = True  # withdrawn: it fires on no replay either
+            self._waiting.pop(op.pos, None)
+
+    # -- driving ------------------------------------------------------------------
+
+    async def execute(self) -> None:
+        """Run the flow until it parks or ends, and write that; or stop (crash, lost lease).
+
+        Runs in a task of its own: work launched inline (see `_launch`) sees the run.
+        """
+        _run_var.set(self)
+        self.main = self.loop.create_task(self._flow_main(), context=self._ctx.copy())
         try:
-            return await fn(*args)
+            self.loop.run_ready()
+            await self._drive()
         finally:
-            self._open -= 1
-            if task is not None:
-                left = self._open_tasks.pop(task) - 1
-                if left:
-                    self._open_tasks[task] = left
-            if not self._open:
-                self._idle.set()
+            await self._close()
+        self._report()
 
-    def _maybe_crash(self, key: str, when: str) -> None:
-        points = self.engine.crash_points
-        if points.get(key) == when:
-            del points[key]
-            self.crashed = True
-            self.suspending = True
-            raise _Crash(_TOKEN, key)
+    async def _flow_main(self) -> Any:
+        args, kwargs = self.flow.decode_args(self.stored.args)
+        return await self.flow.fn(*args, **kwargs)
 
-    def _lost(self, exc: LeaseLost) -> LeaseLost:
-        if self.fatal is None:
-            self.fatal = exc
-        self.suspending = True
-        return exc
+    async def _drive(self) -> None:
+        assert self.main is not None
+        while not self.abandoned:
+            if self.fatal is not None:
+                await self._settle()
+                err = self.fatal
+                await self._finish_failed(type(err), str(err), err.called, Reason.NON_DETERMINISM)
+                return
+            if self.main.done():
+                await self._conclude()
+                return
+            if not self.live and self._replay_next():
+                continue
+            self.live = True
+            if self._new:
+                self._start_new()
+            if self._batches and self._deliver_batches():
+                continue
+            if self._waiting and self._resolving is None:
+                self._resolve_next()
+            if self._queued:
+                await self._launch()
+                continue
+            if self._tasks or self._batches:
+                await self._wait_event()
+                continue
+            await self._park()
+            return
 
-    def _store_failed(self, exc: Exception, key: str) -> _Crash:
-        # Not the flow's failure: the write may or may not have happened. Stop
-        # like a dead process; recovery replays whatever was recorded.
-        self.store_error = exc
-        self.crashed = True
-        self.suspending = True
-        return _Crash(_TOKEN, key)
+    def _replay_next(self) -> bool:
+        """Deliver the next recorded round, if the flow is still replaying."""
+        if self.live:
+            return False
+        if self._asap:
+            ops, self._asap = sorted(self._asap, key=_pos), []
+            for op in ops:
+                self._deliver(op, op.outcome(op.delivery))  # type: ignore[arg-type]
+            self.loop.run_ready()
+            return True
+        later = [r for r in self.journal.rounds if r > self.round]
+        if not later:
+            return False
+        r = min(later)
+        positions = sorted(self.journal.rounds[r])
+        missing = [p for p in positions if p not in self._ops]
+        if missing:
+            key = self.journal.by_pos[missing[0]].key
+            self._diverged(
+                NonDeterminismError(
+                    self.run_id, missing[0], key, None,
+                    detail=f"the journal records {key!r} there, completed in round {r}, "
+                    "and the flow had not made that call by then",
+                )
+            )  # fmt: skip
+            return False
+        self.round = r
+        for p in positions:
+            op = self._ops[p]
+            rec = op.delivery
+            if rec is not None:
+                self._deliver(op, op.outcome(rec))
+        self.loop.run_ready()
+        return True
 
-    async def _guarded(self, key: str, call: Awaitable[None]) -> None:
-        """Run a fenced store write: a lost lease or a store error ends the activation."""
-        if self.crashed:
-            if inspect.iscoroutine(call):
-                call.close()
-            raise _Crash(_TOKEN, key)
+    def _start_new(self) -> None:
+        """Start the calls made so far that the journal has no outcome for."""
+        if not self._new:
+            return
+        new, self._new = self._new, []
+        if len(new) > 1:
+            new.sort(key=_pos)
+        now = self.clock.time()
+        for op in new:
+            rec = op.record
+            if op.done or (op.fut is not None and op.fut.cancelled()):
+                continue  # canceled by the flow before it started
+            if isinstance(op, StepOp):
+                _steprun.start(self, op)
+            elif isinstance(op, WaitOp):
+                if rec is not None:
+                    op.deadline = rec.due
+                elif op.timeout is not None:
+                    op.deadline = now + op.timeout
+                self._waiting[op.pos] = op
+            elif isinstance(op, SleepOp):
+                if rec is not None and rec.due is not None:
+                    op.due = rec.due
+                else:
+                    op.due = op.until if op.until is not None else now + (op.duration or 0.0)
+                self._waiting[op.pos] = op
+            elif isinstance(op, TimerOp):
+                assert op.handle is not None
+                op.due = rec.due if rec is not None and rec.due is not None else op.handle.when()
+                self._waiting[op.pos] = op
+            elif isinstance(op, ValueOp):
+                self.spawn(self._make_value(op), op)
+
+    def _resolve_next(self) -> bool:
+        """Start completing the first wait (in call order) that can complete now."""
+        if not self._waiting:
+            return False
+        now = self.clock.time()
+        for op in sorted(self._waiting.values(), key=_pos):
+            if not self._wanted(op):
+                continue  # withdrawn: nothing awaits it (e.g. a race's loser)
+            if isinstance(op, StepOp):
+                if op.approval:
+                    if self.mail is None or _steprun.approval_mailbox(op) in self.mail:
+                        self._resolving = self._waiting.pop(op.pos)
+                        self.spawn(self._take_approval(op), op)
+                        return True
+                elif op.retry_due is not None and op.retry_due <= now:
+                    del self._waiting[op.pos]
+                    _steprun.retry_now(self, op)
+                    return True
+            elif isinstance(op, WaitOp):
+                due = op.deadline is not None and op.deadline <= now
+                if self.mail is None or op.mailbox in self.mail or due:
+                    self._resolving = self._waiting.pop(op.pos)
+                    self.spawn(self._consume(op), op)
+                    return True
+            else:
+                due_at = _due(op)
+                if due_at is not None and due_at <= now:
+                    self._resolving = self._waiting.pop(op.pos)
+                    self.spawn(self._fire(op), op)
+                    return True
+        return False
+
+    def _deliver_batches(self) -> bool:
+        """Deliver every batch whose writes are all back, in order, a round each."""
+        delivered = False
+        batches = self._batches
+        while batches and batches[0].closed and not batches[0].inflight:
+            batch = batches.popleft()
+            self.round = batch.round
+            outcomes = batch.outcomes
+            if outcomes:
+                if len(outcomes) > 1:
+                    outcomes.sort(key=lambda x: x[0].pos)
+                for op, outcome in outcomes:
+                    self._deliver(op, outcome)
+                self.loop.run_ready()
+            delivered = True
+        return delivered
+
+    def _deliver(self, op: Op, outcome: Outcome) -> None:
+        op.done = True
+        self._ops.pop(op.pos, None)
+        self._waiting.pop(op.pos, None)
+        if self._resolving is op:
+            self._resolving = None
+        if isinstance(op, TimerOp):
+            handle = op.handle
+            if handle is not None and not handle.cancelled():
+                self.loop.schedule(handle)
+        elif op.fut is not None:
+            outcome.apply(op.fut)
+
+    async def _wait_event(self) -> None:
+        """Until a write or an execution ends, or (on a real clock) a wait is due."""
+        fut = self._kick_fut = asyncio.get_running_loop().create_future()
         try:
-            await call
-        except LeaseLost as exc:
-            raise self._lost(exc) from None
-        except Exception as exc:
-            raise self._store_failed(exc, key) from exc
+            due = self._next_due()
+            if due is None:
+                await fut
+            else:
+                await asyncio.wait({fut}, timeout=max(due - self.clock.time(), 0.0))
+        finally:
+            self._kick_fut = None
 
-    async def _write(
+    def _next_due(self) -> float | None:
+        if self._resolving is not None or not self._waiting:
+            return None  # waits complete one at a time
+        dues = [
+            d for op in self._waiting.values() if (d := _due(op)) is not None and self._wanted(op)
+        ]  # fmt: skip
+        return min(dues) if dues else None
+
+    def _wanted(self, op: Op) -> bool:
+        """Whether the flow still waits for `op` (a canceled call or a race's loser: no)."""
+        if op.fut is not None and op.fut.cancelled():
+            return False
+        return interested(op.owner, self.main)
+
+    def _kick(self) -> None:
+        fut = self._kick_fut
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+
+    # -- work on the worker's loop: executions and writes ------------------------------
+
+    def spawn(self, coro: Coroutine[Any, Any, None], op: Op | None = None) -> None:
+        """Queue `coro` (a step execution, a write) to run on the worker's loop."""
+        self._queued.append(coro)
+
+    async def _launch(self) -> None:
+        """Run the queued work: one piece with nothing else going on runs inline (the
+        common case, a flow's next step: no task, no extra turn of the loop); more
+        run as tasks, side by side."""
+        queued, self._queued = self._queued, []
+        alone = not (self._tasks or self._batches or (self._waiting and self._next_due()))
+        if len(queued) == 1 and alone:
+            self._inline = True
+            try:
+                await queued[0]
+            except Exception as exc:
+                self._failed_work(exc)
+            except (_Stop, Abandon) as exc:
+                self._failed_work(exc)
+            finally:
+                self._inline = False
+            direct, self._direct = self._direct, None
+            if direct is not None and not self.abandoned:
+                self.round, op, outcome = direct
+                self._deliver(op, outcome)
+                self.loop.run_ready()
+            return
+        loop = asyncio.get_running_loop()
+        for coro in queued:
+            task = loop.create_task(coro, context=self._ctx.copy())
+            self._tasks[task] = None
+            task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.pop(task, None)
+        if not task.cancelled():
+            exc = task.exception()
+            if exc is not None:
+                self._failed_work(exc)
+        self._kick()
+
+    def _failed_work(self, exc: BaseException) -> None:
+        if isinstance(exc, Abandon):
+            self.abandon()
+        elif not isinstance(exc, _Stop):
+            log.error("run %s: engine error", self.run_id, exc_info=exc)
+            self.abandon(error=exc if isinstance(exc, Exception) else None)
+
+    def park_op(self, op: Op) -> None:
+        """`op` waits for a signal or a time (see `_resolve_next`)."""
+        self._waiting[op.pos] = op
+
+    def abandon(self, *, error: Exception | None = None, lost: LeaseLost | None = None) -> None:
+        """Stop at once, as a dead process would: no step body goes on, nothing more is
+        written (writes already sent complete); the lease is left to expire."""
+        if error is not None and self.store_error is None:
+            self.store_error = error
+        if lost is not None and self.lost is None:
+            self.lost = lost
+        if self.abandoned:
+            return
+        self.abandoned = True
+        for task in list(self._tasks):
+            if task not in self._writing:
+                task.cancel()
+        self._kick()
+
+    def _batch(self) -> _Batch:
+        batches = self._batches
+        if batches and not batches[-1].closed:
+            batch = batches[-1]
+        else:
+            self._last_batch = max(self._last_batch, self.round) + 1
+            batch = _Batch(self._last_batch)
+            batches.append(batch)
+        batch.inflight += 1
+        return batch
+
+    def _leave(self, batch: _Batch) -> None:
+        batch.inflight -= 1
+        batch.closed = True
+        self._kick()
+
+    async def resolve(
+        self,
+        op: Op,
+        make: Callable[..., Record],
+        outcome: Outcome,
+        event: StepEvent | None = None,
+        intents: Sequence[NewIntent] = (),
+    ) -> None:
+        """Write `op`'s outcome (the record ``make(r=round)`` builds for the write's
+        round); the flow gets `outcome` in that round."""
+        if self.abandoned:
+            raise _Stop
+        if self._inline and self._direct is None:
+            # the only work in flight: its outcome is the next round on its own
+            r = self._last_batch = max(self._last_batch, self.round) + 1
+            rec = make(r=r)
+            await self._store_write(rec, event, intents)
+            op.record = rec
+            self._direct = (r, op, outcome)
+            return
+        batch = self._batch()
+        try:
+            rec = make(r=batch.round)
+            await self._store_write(rec, event, intents)
+            op.record = rec
+            batch.outcomes.append((op, outcome))
+        finally:
+            self._leave(batch)
+
+    async def write(
         self, rec: Record, event: StepEvent | None = None, intents: Sequence[NewIntent] = ()
     ) -> None:
-        event = event or self._announce(rec)
+        """A fenced journal write that delivers nothing (a failed attempt, an approval)."""
+        if self.abandoned:
+            raise _Stop
+        await self._store_write(rec, event, intents)
+
+    async def mark(self, key: str) -> None:
+        """The optional ``step.started`` event and checkpoint."""
+        if self.abandoned:
+            raise _Stop
+        await self._guard(self.store.mark(self.run_id, self.fence, key, self.clock.time()))
+
+    async def _store_write(
+        self, rec: Record, event: StepEvent | None, intents: Sequence[NewIntent]
+    ) -> None:
         if intents:  # the step's outbox intents, in the same script as its result
             call = self.store.record_out(
                 self.run_id, self.fence, rec.key, rec.to_json(), intents,
@@ -298,70 +657,100 @@ class Activation:
             call = self.store.record(
                 self.run_id, self.fence, rec.key, rec.to_json(), now=self.clock.time(), event=event
             )
-        await self._guarded(rec.key, call)
+        await self._guard(call)
         self.journal.put(rec)
 
-    def _announce(self, rec: Record) -> StepEvent | None:
-        """The event (and checkpoint) a journal write makes, written in the same script."""
-        if rec.kind is not Kind.STEP:
-            return None
-        if rec.state is State.OK:
-            return StepEvent("step.completed", "", "step_completed")
-        err = rec.error or {}
-        if rec.state is State.FAILED:
-            # a step that ended in failure is a boundary too: the flow may catch
-            # it and carry on without that result (a degraded step)
-            data = {"type": err.get("type"), "message": err.get("message"), "reason": rec.reason}
-            return StepEvent("step.failed", dumps(data), "step_completed")
-        optional = "retry_scheduled" if self.flow.optional_checkpoints else ""
-        data = {"attempt": rec.attempts, "due": rec.due, "type": err.get("type"),
-                "message": err.get("message")}  # fmt: skip
-        return StepEvent("step.retry_scheduled", dumps(data), optional)
+    async def _guard(self, call: Awaitable[Any]) -> Any:
+        """Await a fenced store call: a lost lease or a store error stops the activation
+        (a write whose outcome is unknown is left to recovery, as after a crash)."""
+        # Work that runs as a task is cut off by `abandon` unless it is writing.
+        task = asyncio.current_task() if self._tasks else None
+        if task is not None:
+            self._writing.add(task)
+        try:
+            return await call
+        except LeaseLost as exc:
+            self.abandon(lost=exc)
+            raise _Stop from None
+        except Exception as exc:
+            self.abandon(error=exc)
+            raise _Stop from exc
+        finally:
+            if task is not None:
+                self._writing.discard(task)
 
-    # -- steps --------------------------------------------------------------------
+    async def _make_value(self, op: ValueOp) -> None:
+        lin = self.lineage_record(op.key, op.pos, op.kind)
+        value = str(lin.value) if lin is not None else op.make()
+        await self.resolve(
+            op, lambda r: Record(op.key, op.pos, op.kind, State.OK, value=value, r=r),
+            Outcome(op.parse(value)),
+        )  # fmt: skip
 
-    def step_call(
-        self,
-        spec: StepSpec,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-    ) -> Coroutine[Any, Any, Any]:
-        key, pos = self.alloc(spec.name)
-        return self._tracked(self._step, spec, fn, args, kwargs, key, pos)
+    async def _fire(self, op: Op) -> None:
+        due = _due(op)
+        await self.resolve(
+            op, lambda r: Record(op.key, op.pos, op.kind, State.OK, due=due, r=r), Outcome(None)
+        )
 
-    async def _step(
-        self,
-        spec: StepSpec,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        key: str,
-        pos: int,
-    ) -> Any:
-        rec = self.check(key, pos)
-        attempts = 0
-        if rec is not None and rec.kind is Kind.WAIT:
-            # a replay approval parked in this step's slot (replay="require_human")
-            return await self._approved_rerun(spec, fn, args, kwargs, key, pos)
-        if rec is None:
-            lin = self._lineage(key, pos, Kind.STEP)
-            if lin is not None and spec.replay == "use_recorded_result":
-                return await self._reuse(spec, fn, args, kwargs, key, pos, lin)
-            if lin is not None and spec.replay == "require_human":
-                return await self._approved_rerun(spec, fn, args, kwargs, key, pos)
-        if rec is not None:
-            if rec.state is State.OK:
-                return decode_value(rec.value, spec.return_type(), rec.type, _what(key))
-            if rec.state is State.FAILED:
-                raise _tag(rebuild_exception(rec.error or {}, key), key, rec.reason or "")
-            attempts = rec.attempts  # State.RETRY: the budget survives crashes
-            if rec.due is not None and self.clock.time() < rec.due:
-                self._pending.append(_Pending(key, None, None, rec.due, False))
-                raise self._suspend()
-        return await self._attempts(spec, fn, args, kwargs, key, pos, attempts)
+    async def _consume(self, op: WaitOp) -> None:
+        """Take a signal (or the deadline) for `op`, in one script; delivered in its batch."""
+        batch = self._batch()
+        try:
+            r = batch.round
+            code, payload = await self._guard(
+                self.store.consume(
+                    self.run_id, self.fence, op.key, op.mailbox, self.clock.time(), op.deadline,
+                    Record(op.key, op.pos, Kind.WAIT, State.OK, r=r).splice_prefix(),
+                    Record(op.key, op.pos, Kind.WAIT, State.TIMEOUT, due=op.deadline,
+                           r=r).to_json(),
+                )
+            )  # fmt: skip
+            if code == 1:
+                value = loads(payload or "null")
+                op.record = Record(op.key, op.pos, Kind.WAIT, State.OK, value=value, r=r)
+                try:
+                    outcome = Outcome(op.payload(value))
+                except Exception as exc:
+                    outcome = Outcome(error=exc)
+            elif code == 2:
+                op.record = Record(op.key, op.pos, Kind.WAIT, State.TIMEOUT, due=op.deadline, r=r)
+                outcome = Outcome(error=op.timed_out())
+            else:  # the mailbox was empty after all: wait on
+                if self.mail is not None:
+                    self.mail.discard(op.mailbox)
+                self._resolving = None
+                self._waiting[op.pos] = op
+                return
+            self.journal.put(op.record)
+            batch.outcomes.append((op, outcome))
+        finally:
+            self._leave(batch)
 
-    def _lineage(self, key: str, pos: int, kind: Kind) -> Record | None:
+    async def _take_approval(self, op: StepOp) -> None:
+        """Take the approval a ``require_human`` step waits for (it delivers nothing)."""
+        box = _steprun.approval_mailbox(op)
+        rec = Record(op.key, op.pos, Kind.WAIT, State.OK)
+        code, payload = await self._guard(
+            self.store.consume(
+                self.run_id, self.fence, op.key, box, self.clock.time(), None,
+                rec.splice_prefix(), Record(op.key, op.pos, Kind.WAIT, State.TIMEOUT).to_json(),
+            )
+        )  # fmt: skip
+        self._resolving = None
+        if code != 1:
+            if self.mail is not None:
+                self.mail.discard(box)
+            self._waiting[op.pos] = op
+            return
+        value = loads(payload or "null")
+        op.record = attrs.evolve(rec, value=value)
+        self.journal.put(op.record)
+        _steprun.decided(self, op, value)
+
+    # -- steps' helpers ----------------------------------------------------------------
+
+    def lineage_record(self, key: str, pos: int, kind: Kind) -> Record | None:
         """The source runs' completed record for this call, if it is the same call."""
         raw = self._lineage_raw.get(key)
         if raw is None:
@@ -371,344 +760,43 @@ class Activation:
             return None
         return rec
 
-    async def _reuse(
-        self,
-        spec: StepSpec,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        key: str,
-        pos: int,
-        lin: Record,
-    ) -> Any:
-        """Take the source's recorded result instead of running the side effect again."""
-        rh = spec.request_hash(fn, args, kwargs)
-        idem = f"{self._key_root}:{key}"
-        if lin.rh is not None and rh != lin.rh:
-            exc = IdempotencyConflict(
-                f"run {self.run_id!r}: step {key!r} (idempotency key {idem!r}) was recorded "
-                "with other arguments in the source run; it is not run again"
-            )
-            reason = Reason.IDEMPOTENCY_CONFLICT.value
-            await self._write(
-                Record(key, pos, Kind.STEP, State.FAILED, error=encode_exception(exc),
-                       reason=reason, rh=rh)
-            )  # fmt: skip
-            raise _tag(exc, key, reason)
-        data = dumps({"idempotency_key": idem, "source_run_id": self.stored.record.source_run_id})
-        await self._write(
-            Record(key, pos, Kind.STEP, State.OK, value=lin.value, type=lin.type, rh=lin.rh),
-            StepEvent("side_effect.reused", data, "step_completed"),
-        )
-        return decode_value(lin.value, spec.return_type(), lin.type, _what(key))
-
-    async def _approved_rerun(
-        self,
-        spec: StepSpec,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        key: str,
-        pos: int,
-    ) -> Any:
-        """replay="require_human": wait for the approval ``replay:{key}`` before running
-        the step again; a denial reuses the source's recorded result instead."""
-        decision = await self._wait(key, pos, f"replay:{key}", None, True, None)
-        lin = self._lineage(key, pos, Kind.STEP)
-        if decision.approved or lin is None:
-            return await self._attempts(spec, fn, args, kwargs, key, pos, 0)
-        return await self._reuse(spec, fn, args, kwargs, key, pos, lin)
-
-    async def _attempts(
-        self,
-        spec: StepSpec,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        key: str,
-        pos: int,
-        attempts: int,
-    ) -> Any:
-        policy = spec.retry or self.retry_override or self.flow.retry
-        rh = spec.request_hash(fn, args, kwargs)
-        while True:
-            if self.suspending:
-                raise self._suspend()
-            self._maybe_crash(key, "before")
-            if self.flow.optional_checkpoints:
-                await self._guarded(
-                    key, self.store.mark(self.run_id, self.fence, key, self.clock.time())
-                )
-            ctx = StepContext(self.run_id, key, attempts + 1, f"{self._key_root}:{key}")
-            token = _step_var.set(ctx)
-            try:
-                value = fn(*args, **kwargs)
-                if isinstance(value, Awaitable):
-                    value = await value
-            except Exception as exc:
-                _step_var.reset(token)
-                if self.crashed:
-                    raise _Crash(_TOKEN, key) from None
-                attempts += 1
-                due = await self._failed(key, pos, exc, attempts, policy)
-                if due is None:
-                    raise
-                delay = due - self.clock.time()
-                if delay > self.engine.inline_backoff_max:
-                    # a durable timer at the recorded due time; the run holds no worker
-                    self._pending.append(_Pending(key, None, None, due, False))
-                    raise self._suspend() from None
-                await asyncio.sleep(max(delay, 0.0))
-                continue
-            _step_var.reset(token)
-            self._maybe_crash(key, "after")
-            try:
-                data, tpath = encode_value(value, spec.return_type(), _what(key))
-            except SerializationError as exc:
-                await self._write(
-                    Record(key, pos, Kind.STEP, State.FAILED, error=encode_exception(exc),
-                           reason=Reason.SERIALIZATION_ERROR.value, attempts=attempts + 1)
-                )  # fmt: skip
-                raise _tag(exc, key, Reason.SERIALIZATION_ERROR.value) from None
-            await self._write(
-                Record(key, pos, Kind.STEP, State.OK, value=data, type=tpath, attempts=attempts,
-                       rh=rh),
-                intents=ctx._intents,
-            )  # fmt: skip
-            return value
-
-    async def _failed(
-        self, key: str, pos: int, exc: Exception, attempts: int, policy: RetryPolicy | None
-    ) -> float | None:
-        """Record a failed attempt; when the next attempt is due if it will be retried."""
-        if isinstance(exc, (LeaseLost, NonDeterminismError)) and exc is self.fatal:
-            return None  # not the step's failure: the activation is over
-        error = encode_exception(exc)
-        if policy is None:
-            verdict: Reason | None = Reason.STEP_FAILED
-        else:
-            verdict = policy.verdict(exc, attempts, self.journal.failures() + 1)
-        if verdict is not None:
-            await self._write(
-                Record(key, pos, Kind.STEP, State.FAILED, error=error, reason=verdict.value,
-                       attempts=attempts)
-            )  # fmt: skip
-            _tag(exc, key, verdict.value)
-            return None
-        assert policy is not None
-        delay = policy.delay(attempts)
-        due = self.clock.time() + delay
-        await self._write(
-            Record(key, pos, Kind.STEP, State.RETRY, error=error, attempts=attempts, due=due)
-        )
-        log.info(
-            "run %s: step %s failed (attempt %d: %s); retrying in %.3fs",
-            self.run_id, key, attempts, type(exc).__name__, delay,
-        )  # fmt: skip
-        return due
-
-    # -- waits, sleeps, values -------------------------------------------------
-
-    def wait(
-        self, name: str, timeout: float | None, human: bool, approvers: tuple[str, ...] | None
-    ) -> Coroutine[Any, Any, Any]:
-        key, pos = self.alloc(f"~wait:{name}")
-        return self._tracked(self._wait, key, pos, name, timeout, human, approvers)
-
-    async def _wait(
-        self,
-        key: str,
-        pos: int,
-        name: str,
-        timeout: float | None,
-        human: bool,
-        approvers: tuple[str, ...] | None,
-    ) -> Any:
-        rec = self.check(key, pos)
-        if rec is not None and rec.state is State.OK:
-            return self._payload(rec.value, human, key)
-        if rec is not None and rec.state is State.TIMEOUT:
-            raise _tag(WaitTimeout(name, key), key, Reason.FLOW_ERROR.value)
-        if rec is not None:
-            deadline = rec.due
-        else:
-            deadline = None if timeout is None else self.clock.time() + timeout
-        mailbox = ("h:" if human else "s:") + name
-        due = deadline is not None and self.clock.time() >= deadline
-        if not self.suspending and (self.mail is None or mailbox in self.mail or due):
-            if self.crashed:
-                raise _Crash(_TOKEN, key)
-            try:
-                code, payload = await self.store.consume(
-                    self.run_id, self.fence, key, mailbox, self.clock.time(), deadline,
-                    Record(key, pos, Kind.WAIT, State.OK).splice_prefix(),
-                    Record(key, pos, Kind.WAIT, State.TIMEOUT, due=deadline).to_json(),
-                )  # fmt: skip
-            except LeaseLost as exc:
-                raise self._lost(exc) from None
-            except Exception as exc:
-                raise self._store_failed(exc, key) from exc
-            if code == 1:
-                value = loads(payload or "null")
-                self.journal.put(Record(key, pos, Kind.WAIT, State.OK, value=value))
-                return self._payload(value, human, key)
-            if code == 2:
-                self.journal.put(Record(key, pos, Kind.WAIT, State.TIMEOUT, due=deadline))
-                raise _tag(WaitTimeout(name, key), key, Reason.FLOW_ERROR.value)
-        pending = Record(key, pos, Kind.WAIT, State.PENDING, due=deadline)
-        self._pending.append(_Pending(key, pending.to_json(), mailbox, deadline, human, approvers))
-        raise self._suspend()
-
-    def _payload(self, value: Any, human: bool, key: str) -> Any:
-        if human:
-            return decode_value(value, Decision, None, f"decision at {key!r}")
-        return value
-
-    def sleep_until(
-        self, deadline: float | None, duration: float | None
-    ) -> Coroutine[Any, Any, None]:
-        key, pos = self.alloc("~sleep")
-        return self._tracked(self._sleep, key, pos, deadline, duration)
-
-    async def _sleep(
-        self, key: str, pos: int, deadline: float | None, duration: float | None
-    ) -> None:
-        rec = self.check(key, pos)
-        if rec is not None and rec.state is State.OK:
-            return
-        if rec is not None:
-            due = rec.due or 0.0
-        elif deadline is not None:
-            due = deadline
-        else:
-            due = self.clock.time() + (duration or 0.0)
-        if self.suspending:
-            raise self._suspend()
-        if self.clock.time() >= due:
-            await self._write(Record(key, pos, Kind.SLEEP, State.OK, due=due))
-            return
-        pending = Record(key, pos, Kind.SLEEP, State.PENDING, due=due)
-        self._pending.append(_Pending(key, pending.to_json(), None, due, False))
-        raise self._suspend()
-
-    async def _value(self, key: str, pos: int, kind: Kind, make: Callable[[], str]) -> str:
-        """A journaled value (``now``, ``uuid4``): made once, replayed after (and
-        reused by replays and forks of the run)."""
-        rec = self.check(key, pos)
-        if rec is not None and rec.state is State.OK:
-            return str(rec.value)
-        if self.suspending:
-            raise self._suspend()
-        lin = self._lineage(key, pos, kind)
-        value = str(lin.value) if lin is not None else make()
-        await self._write(Record(key, pos, kind, State.OK, value=value))
-        return value
-
-    def now(self) -> Coroutine[Any, Any, datetime]:
-        key, pos = self.alloc("~now")
-        return self._tracked(self._now, key, pos)
-
-    async def _now(self, key: str, pos: int) -> datetime:
-        text = await self._value(key, pos, Kind.NOW, lambda: self.clock.now().isoformat())
-        return datetime.fromisoformat(text)
-
-    def uuid4(self) -> Coroutine[Any, Any, uuid.UUID]:
-        key, pos = self.alloc("~uuid4")
-        return self._tracked(self._uuid4, key, pos)
-
-    async def _uuid4(self, key: str, pos: int) -> uuid.UUID:
-        return uuid.UUID(await self._value(key, pos, Kind.UUID, lambda: str(uuid.uuid4())))
-
-    # -- the activation as a whole ----------------------------------------------
-
-    async def execute(self) -> None:
-        """Run the flow from the top and write its outcome (finish or suspend)."""
-        token = _run_var.set(self)
-        ok = False
-        result: Any = None
-        failure: Exception | None = None
+    def step_started(self, op: StepOp, attempt: int) -> None:
         try:
-            args, kwargs = self.flow.decode_args(self.stored.args)
-            result = await self.flow.fn(*args, **kwargs)
-            ok = True
-        except _Suspend:
-            pass
-        except _Crash:
-            self.crashed = True
-        except Exception as exc:
-            failure = exc
-        finally:
-            _run_var.reset(token)
-        await self._settle()
-        if not self.crashed:
-            try:
-                await self._conclude(ok, result, failure)
-            except LeaseLost as exc:
-                self.fatal = exc
-            except Exception as exc:
-                self.store_error = exc
-                self.crashed = True
-        if self.store_error is not None:
-            log.error(
-                "run %s: store error (%s: %s); activation abandoned, the run is recovered "
-                "when its lease expires", self.run_id, type(self.store_error).__name__,
-                self.store_error,
-            )  # fmt: skip
-            return
-        if self.crashed:
-            log.warning("run %s: simulated crash; the lease is left to expire", self.run_id)
-            return
-        if isinstance(self.fatal, LeaseLost):
-            log.warning(
-                "run %s: lease lost (another worker owns it now, or it was canceled); "
-                "this worker stopped writing: %s", self.run_id, self.fatal,
-            )  # fmt: skip
+            for hook in self.engine.interceptors:
+                hook.step_started(self.run_id, op.key, attempt)
+        except Abandon:
+            self.abandon()  # at once: no sibling goes on (as if the process died here)
+            raise
 
-    async def _settle(self) -> None:
-        """Let every branch run until it blocks or ends before the run parks or ends.
+    def step_finished(self, op: StepOp, attempt: int) -> None:
+        try:
+            for hook in self.engine.interceptors:
+                hook.step_finished(self.run_id, op.key, attempt)
+        except Abandon:
+            self.abandon()
+            raise
 
-        A wait in one branch of ``asyncio.gather`` does not stop the others:
-        their steps run and record first (their tasks are the gather's, which
-        a suspension does not cancel). Then no new call may start.
-        """
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.engine.settle_timeout
-        while not self.crashed:
-            # Tasks a gather scheduled may not have started yet: let them.
-            await asyncio.sleep(0)
-            await asyncio.sleep(0)
-            if not self._open:
-                break
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                for task in list(self._open_tasks):
-                    task.cancel()
-                break
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._idle.wait(), remaining)
-        self.suspending = True
+    # -- the end: finish, park, or stop -----------------------------------------------
 
-    async def _conclude(self, ok: bool, result: Any, failure: Exception | None) -> None:
-        if isinstance(self.fatal, LeaseLost):
+    async def _conclude(self) -> None:
+        """The flow's main task ended: record the run's outcome."""
+        main = self.main
+        assert main is not None
+        await self._settle()  # background steps are cut off (as asyncio.run does)
+        if self.abandoned:
             return
-        if isinstance(self.fatal, NonDeterminismError):
-            err = self.fatal
+        if main.cancelled():
             await self._finish_failed(
-                ErrorInfo(type_path(type(err)), str(err), err.called, Reason.NON_DETERMINISM.value)
-            )
+                asyncio.CancelledError, "the flow's main task was canceled", None,
+                Reason.FLOW_ERROR,
+            )  # fmt: skip
             return
-        if self._pending and failure is None:
-            await self._park()
-            return
+        failure = main.exception()
         if failure is not None:
-            key, reason = getattr(failure, _STEP_TAG, (None, Reason.FLOW_ERROR.value))
+            key, reason = getattr(failure, STEP_TAG, (None, Reason.FLOW_ERROR.value))
             if isinstance(failure, SerializationError) and key is None:
                 reason = Reason.SERIALIZATION_ERROR.value
-            await self._finish_failed(
-                ErrorInfo(type_path(type(failure)), str(failure), key, reason)
-            )
-            return
-        if not ok:  # suspended without a pending wait: a swallowed divergence
+            await self._finish_failed(type(failure), str(failure), key, Reason(reason))
             return
         left = [pos for pos in self.journal.by_pos if pos >= self._pos]
         if left:
@@ -716,55 +804,160 @@ class Activation:
             # code changed (e.g. a step was removed), just as a changed call is.
             rec = self.journal.by_pos[min(left)]
             err = NonDeterminismError(self.run_id, rec.pos, rec.key, None)
-            await self._finish_failed(
-                ErrorInfo(type_path(type(err)), str(err), None, Reason.NON_DETERMINISM.value)
-            )
+            await self._finish_failed(type(err), str(err), None, Reason.NON_DETERMINISM)
             return
         try:
             data, tpath = encode_value(
-                result, self.flow.return_type(), f"result of flow {self.flow.name!r}"
+                main.result(), self.flow.return_type(), f"result of flow {self.flow.name!r}"
             )
         except SerializationError as exc:
-            await self._finish_failed(
-                ErrorInfo(type_path(type(exc)), str(exc), None, Reason.SERIALIZATION_ERROR.value)
-            )
+            await self._finish_failed(type(exc), str(exc), None, Reason.SERIALIZATION_ERROR)
             return
         fields = {"result": dumps(data)}
         if tpath:
             fields["result_type"] = tpath
         now = self.clock.time()
         grace = now + RESULT_GRACE if self.flow.delete_on_success else None
-        await self.store.finish(
-            self.run_id, self.fence, RunStatus.COMPLETED, now, fields,
-            retention=self.flow.retention, delete_until=grace,
+        await self._end(
+            self.store.finish(
+                self.run_id, self.fence, RunStatus.COMPLETED, now, fields,
+                retention=self.flow.retention, delete_until=grace,
+            )
         )  # fmt: skip
 
-    async def _finish_failed(self, error: ErrorInfo) -> None:
-        text = dumps(converter.unstructure(error))
-        await self.store.finish(
-            self.run_id, self.fence, RunStatus.FAILED, self.clock.time(),
-            {"error": text, "reason": error.reason or ""}, event_data=text,
+    async def _finish_failed(
+        self, etype: type[BaseException], message: str, key: str | None, reason: Reason
+    ) -> None:
+        text = dumps(converter.unstructure(ErrorInfo(type_path(etype), message, key, reason.value)))
+        await self._end(
+            self.store.finish(
+                self.run_id, self.fence, RunStatus.FAILED, self.clock.time(),
+                {"error": text, "reason": reason.value}, event_data=text,
+            )
         )  # fmt: skip
+
+    async def _end(self, call: Awaitable[Any]) -> None:
+        with contextlib.suppress(_Stop):  # a lost lease or store error: logged by _report
+            await self._guard(call)
 
     async def _park(self) -> None:
-        deadlines = [p.deadline for p in self._pending if p.deadline is not None]
-        human = any(p.human for p in self._pending)
+        """Nothing runs and nothing can complete now: park on what the flow waits for."""
+        waiting = [
+            op for op in sorted(self._waiting.values(), key=_pos)
+            if op.fut is None or not op.fut.cancelled()
+        ]  # fmt: skip
+        alive = [op for op in waiting if self._wanted(op)]
+        if not alive:
+            err = FlowBlocked(
+                f"run {self.run_id!r}: every task of the flow waits on something no signal, "
+                "timer or step can complete (an asyncio.Event or future nothing sets, or a "
+                "task whose wait was withdrawn), so the flow cannot go on"
+            )
+            await self._finish_failed(FlowBlocked, str(err), None, Reason.FLOW_ERROR)
+            return
+        records: list[tuple[str, str]] = []
+        for op in waiting:
+            rec = self._pending_record(op)
+            if rec is not None and rec != op.record:
+                records.append((op.key, rec.to_json()))
+        mailboxes: set[str] = set()
+        approvers: dict[str, tuple[str, ...]] = {}
+        human = False
+        for op in alive:
+            if isinstance(op, WaitOp):
+                mailboxes.add(op.mailbox)
+                human = human or op.human
+                if op.approvers is not None:
+                    approvers[op.mailbox] = op.approvers
+            elif isinstance(op, StepOp) and op.approval:
+                mailboxes.add(_steprun.approval_mailbox(op))
+                human = True
+        dues = [d for op in alive if (d := _due(op)) is not None]
         status = RunStatus.WAITING_FOR_HUMAN if human else RunStatus.WAITING_FOR_SIGNAL
-        records = [(p.key, p.record) for p in self._pending if p.record is not None]
-        mailboxes = sorted({p.mailbox for p in self._pending if p.mailbox is not None})
-        approvers = {
-            p.mailbox: p.approvers
-            for p in self._pending
-            if p.mailbox is not None and p.approvers is not None
-        }
-        await self.store.suspend(
-            self.run_id, self.fence, self.clock.time(), min(deadlines) if deadlines else None,
-            status, records, mailboxes, approvers=approvers,
+        self.parking = True
+        await self._end(
+            self.store.suspend(
+                self.run_id, self.fence, self.clock.time(), min(dues) if dues else None,
+                status, records, sorted(mailboxes), approvers=approvers,
+            )
         )  # fmt: skip
+
+    @staticmethod
+    def _pending_record(op: Op) -> Record | None:
+        """What the journal keeps of a waiting call: its deadline, stable across replays."""
+        if isinstance(op, WaitOp):
+            return Record(op.key, op.pos, Kind.WAIT, State.PENDING, due=op.deadline)
+        if isinstance(op, (SleepOp, TimerOp)):
+            return Record(op.key, op.pos, op.kind, State.PENDING, due=op.due)
+        if isinstance(op, StepOp) and op.approval:
+            return Record(op.key, op.pos, Kind.WAIT, State.PENDING)
+        return None  # a retry: its RETRY record has the due time
+
+    async def _settle(self) -> None:
+        """Cut off step bodies still running; let writes in flight complete."""
+        for task in list(self._tasks):
+            if task not in self._writing:
+                task.cancel()
+        while self._tasks:
+            await asyncio.wait(list(self._tasks))
+
+    async def _close(self) -> None:
+        for coro in self._queued:  # never launched: the activation ended first
+            coro.close()
+        self._queued.clear()
+        self._evict()
+        await self._settle()
+
+    def _evict(self) -> None:
+        """Unwind the flow's tasks without effects (see the module docstring).
+
+        Top down: a task is unwound only once nothing that awaits it is still
+        pending, so no flow code sees a task end and takes another branch (the
+        loser of a race "winning" as the flow is discarded).
+        """
+        loop = self.loop
+        self.discarding = True
+        for _ in range(100):
+            pending = loop.pending_tasks()
+            if not pending:
+                break
+            alive = set(pending)
+            roots = [t for t in pending if not any(o in alive for _, o in t._awaiters)]
+            for task in roots or pending:
+                waiter = getattr(task, "_fut_waiter", None)
+                if (
+                    isinstance(waiter, asyncio.Future)
+                    and not isinstance(waiter, asyncio.Task)
+                    and not waiter.done()
+                ):
+                    waiter.set_exception(_Evicted(_TOKEN))
+                else:
+                    task.cancel()  # about to start, or awaiting a task
+            loop.run_ready()
+        if loop.pending_tasks():
+            log.warning(
+                "run %s: %d task(s) of the flow would not unwind (they catch BaseException)",
+                self.run_id, len(loop.pending_tasks()),
+            )  # fmt: skip
+        for task in loop.tasks:  # their exceptions are the eviction itself
+            if task.done() and not task.cancelled():
+                task.exception()
+        loop.tasks.clear()
+
+    def _report(self) -> None:
+        if self.store_error is not None:
+            log.error(
+                "run %s: store error (%s: %s); activation abandoned, the run is recovered "
+                "when its lease expires", self.run_id, type(self.store_error).__name__,
+                self.store_error,
+            )  # fmt: skip
+        elif self.lost is not None:
+            log.warning(
+                "run %s: lease lost (another worker owns it now, or it was canceled); "
+                "this worker stopped writing: %s", self.run_id, self.lost,
+            )  # fmt: skip
+        elif self.abandoned:
+            log.warning("run %s: simulated crash; the lease is left to expire", self.run_id)
 
     def release_on_cancel(self) -> Coroutine[Any, Any, None]:
         return self.store.release(self.run_id, self.fence)
-
-
-def _what(key: str) -> str:
-    return f"result of step {key!r}"

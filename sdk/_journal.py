@@ -26,6 +26,7 @@ class Kind(enum.StrEnum):
     SLEEP = "sleep"
     NOW = "now"
     UUID = "uuid"
+    TIMER = "timer"  # an asyncio timer of the flow's loop (asyncio.sleep, asyncio.timeout...)
 
 
 class State(enum.StrEnum):
@@ -54,6 +55,9 @@ class Record:
         attempts: failed attempts so far.
         due: deadline (epoch seconds) of a PENDING wait or a RETRY.
         rh: request hash of a step's arguments (the side-effect ledger's check).
+        r: the round in which the result was delivered to the flow (format 2;
+            see `sdk._activation`); None for an unresolved record, or one
+            written by format 1 (delivered as soon as it is called).
         v: record format version.
     """
 
@@ -68,6 +72,7 @@ class Record:
     attempts: int = 0
     due: float | None = None
     rh: str | None = None
+    r: int | None = None
     v: int = FORMAT_VERSION
 
     def to_json(self) -> str:
@@ -80,9 +85,14 @@ class Record:
         """
         return self.to_json()[:-1] + ',"value":'
 
+    @property
+    def resolved(self) -> bool:
+        """Whether the record is an outcome the flow was given (not a wait or retry)."""
+        return self.state in _RESOLVED
+
     @classmethod
     def from_json(cls, text: str | bytes) -> Record:
-        return converter.structure(loads(text), cls)
+        return _structure(loads(text))
 
 
 # Every record states its format version, even the current one (the converter
@@ -98,25 +108,46 @@ converter.register_unstructure_hook(
 _FIELDS = frozenset(a.name for a in attrs.fields(Record))
 
 
+def _structure(data: dict[str, Any]) -> Record:
+    # A record without "v" is format 1 (the first commit left the default out).
+    # Format 1 has no delivery rounds: its outcomes replay as soon as called.
+    data.setdefault("v", 1)
+    return converter.structure(data, Record)
+
+
+_RESOLVED = frozenset({State.OK, State.FAILED, State.TIMEOUT})
+
+
 @attrs.frozen
 class StepEvent:
     """What a journal write announces, in the same script: an event (type and
     JSON data) and, when `checkpoint` names a kind, a checkpoint."""
 
-    type: str
+    # plain str (an enum member becomes its value): the store packs str fast
+    type: str = attrs.field(converter=str)
     data: str = ""
-    checkpoint: str = ""
+    checkpoint: str = attrs.field(default="", converter=str)
 
 
 class Journal:
-    """The records of one run, indexed by key and by position."""
+    """The records of one run, indexed by key, by position and by delivery round."""
 
-    __slots__ = ("by_key", "by_pos", "last_pos")
+    __slots__ = ("by_key", "by_pos", "last_pos", "rounds")
 
     def __init__(self, records: list[Record]) -> None:
         self.by_key: dict[str, Record] = {r.key: r for r in records}
         self.by_pos: dict[int, Record] = {r.pos: r for r in records}
         self.last_pos = max(self.by_pos, default=-1)
+        # round -> the positions whose outcomes were delivered in it
+        self.rounds: dict[int, list[int]] = {}
+        for rec in records:
+            if rec.r is not None and rec.resolved:
+                self.rounds.setdefault(rec.r, []).append(rec.pos)
+
+    @property
+    def max_round(self) -> int:
+        """The last round a recorded outcome was delivered in (0: none)."""
+        return max(self.rounds, default=0)
 
     @classmethod
     def from_raw(cls, raw: dict[str, str]) -> Journal:
@@ -131,10 +162,11 @@ class Journal:
                 d["state"] = State(d["state"])
                 records.append(Record(**d))
             else:  # an older or unusual format: the converter upgrades it
-                records.append(converter.structure(d, Record))
+                records.append(_structure(d))
         return cls(records)
 
     def put(self, record: Record) -> None:
+        """Note a record the activation wrote (its rounds are the activation's business)."""
         self.by_key[record.key] = record
         self.by_pos[record.pos] = record
         if record.pos > self.last_pos:

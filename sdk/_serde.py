@@ -45,7 +45,8 @@ __all__ = [
 ]
 
 #: Format version written into every record; readers upgrade older ones.
-FORMAT_VERSION = 1
+#: 2: records carry the round their outcome was delivered in (`Record.r`).
+FORMAT_VERSION = 2
 
 converter = make_converter(omit_if_default=True)
 converter.register_unstructure_hook(uuid.UUID, str)
@@ -86,9 +87,13 @@ _RICH_SCALARS = (_dt.datetime, _dt.date, _dt.time, _dt.timedelta, uuid.UUID, dec
 _SEQUENCES = (tuple, set, frozenset)
 
 
+# One encoder each: json.dumps() with any option builds a new JSONEncoder per call.
+_COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
+
 def dumps(value: Any) -> str:
     """Compact JSON text."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return _COMPACT.encode(value)
 
 
 loads: Callable[[str | bytes], Any] = json.loads
@@ -148,6 +153,8 @@ def encode_value(value: Any, declared: Any, what: str) -> tuple[Any, str | None]
             "an attrs class or dataclass, or register a cattrs hook on sdk._serde.converter"
         )
     _check_fits(value, declared, what)
+    if tp in _SCALARS and declared in _SCALARS:
+        return value, None  # a plain value under a plain annotation is its own JSON
     try:
         data = converter.unstructure(value, unstructure_as=declared)
     except Exception as exc:
@@ -248,8 +255,11 @@ def _stable_repr(value: Any) -> str:
     return _ADDRESS.sub("", repr(value))
 
 
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=_stable_repr)
+
+
 def _canonical(data: Any) -> str:
-    return json.dumps(data, sort_keys=True, separators=(",", ":"), default=_stable_repr)
+    return _CANONICAL.encode(data)
 
 
 def _is_set(tp: Any) -> bool:

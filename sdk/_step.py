@@ -1,22 +1,65 @@
-"""The `@step` decorator."""
+"""The `@step` decorator, and the options it records (`StepSpec`)."""
 
 from __future__ import annotations
 
+import inspect
+import types
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar, overload
 
+import attrs
 import wrapt
 
-from sdk._activation import StepSpec
 from sdk._context import _run_var, _step_var
 from sdk._retry import RetryPolicy
+from sdk._serde import request_hash, return_type
 
-__all__ = ["REPLAY_POLICIES", "step"]
+__all__ = ["REPLAY_POLICIES", "StepSpec", "step"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 ReplayPolicy = Literal["use_recorded_result", "require_human", "reexecute"]
 REPLAY_POLICIES = ("use_recorded_result", "require_human", "reexecute")
+
+
+@attrs.define
+class StepSpec:
+    """A decorated step's options (and caches of what is derived from its function)."""
+
+    name: str
+    retry: RetryPolicy | None
+    replay: str
+    fn: Callable[..., Any]
+    _rtype: Any = None
+    _rtype_done: bool = False
+    _sigs: dict[bool, inspect.Signature] = attrs.field(factory=dict)
+    _plain: dict[bool, tuple[str, ...] | None] = attrs.field(factory=dict)
+
+    def request_hash(
+        self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> str:
+        """The ledger's hash of a call, by parameter name (a bound method: without self)."""
+        method = isinstance(fn, types.MethodType)
+        sig = self._sigs.get(method)
+        if sig is None:
+            sig = self._sigs[method] = inspect.signature(fn)
+            simple = all(p.kind is p.POSITIONAL_OR_KEYWORD for p in sig.parameters.values())
+            self._plain[method] = tuple(sig.parameters) if simple else None
+        names = self._plain[method]
+        if names is not None and not kwargs and len(args) <= len(names):
+            # what Signature.bind gives for positional calls, without its cost
+            return request_hash(args, kwargs, dict(zip(names, args, strict=False)))
+        try:
+            named: dict[str, Any] | None = dict(sig.bind(*args, **kwargs).arguments)
+        except TypeError:  # the call itself will fail; hash what was passed
+            named = None
+        return request_hash(args, kwargs, named)
+
+    def return_type(self) -> Any:
+        if not self._rtype_done:
+            self._rtype = return_type(self.fn)
+            self._rtype_done = True
+        return self._rtype
 
 
 @overload

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from sdk._activation import Activation, Engine
 from sdk._clock import Clock, SystemClock
 from sdk._dispatch import Dispatcher
+from sdk._intercept import Interceptor
 from sdk._journal import Journal
 from sdk._outbox import ChannelDef, channel_def_of, registered_channels
 from sdk._registry import FlowDef, flow_def_of, registered_flows
@@ -54,6 +55,8 @@ class Worker:
         channels: the outbox channels to deliver (names or `channel` handlers);
             default every channel registered in this process. The worker's
             dispatcher delivers their intents, up to `concurrency` at once.
+        interceptors: hooks around each step attempt (`sdk._intercept.Interceptor`);
+            the test kit's crash injection is one.
 
     Example::
 
@@ -75,6 +78,7 @@ class Worker:
         inline_backoff_max: float = 1.0,
         name: str | None = None,
         channels: Iterable[Callable[..., Any] | str] | None = None,
+        interceptors: Sequence[Interceptor] = (),
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
@@ -94,7 +98,7 @@ class Worker:
             clock=self.clock,
             owner=self.owner,
             inline_backoff_max=inline_backoff_max,
-            settle_timeout=self.lease_ttl,
+            interceptors=list(interceptors),
         )
         self._inflight: dict[str, tuple[asyncio.Task[None], Activation]] = {}
         self._channels = None if channels is None else [self._resolve_channel(c) for c in channels]

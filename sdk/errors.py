@@ -13,6 +13,8 @@ The tree::
     ├── LeaseLost                another worker owns the run now; this one must not write
     ├── Forbidden                (also PermissionError) the authorizer refused an action
     ├── NotInRunError            (also RuntimeError) a run-only call outside a run
+    ├── NotInStepError           (also RuntimeError) I/O in a flow body instead of a step
+    ├── FlowBlocked              every task of a flow waits on something nothing can complete
     ├── NotWaiting               approve/deny of a run not waiting for that approval
     ├── StepError                a recorded failure whose exception type cannot be rebuilt
     ├── RunFailed                RunHandle.result() of a failed run
@@ -32,6 +34,7 @@ if TYPE_CHECKING:
     from sdk._types import ErrorInfo, RunStatus
 
 __all__ = [
+    "FlowBlocked",
     "FlowNotFound",
     "Forbidden",
     "IdempotencyConflict",
@@ -39,6 +42,7 @@ __all__ = [
     "LeaseLost",
     "NonDeterminismError",
     "NotInRunError",
+    "NotInStepError",
     "NotWaiting",
     "RunCanceled",
     "RunFailed",
@@ -63,16 +67,26 @@ class NonDeterminismError(SteadyflowError):
         recorded: the step key the journal holds at that position (None if none).
         called: the step key the code asked for (None: the flow returned before
             reaching a call the journal holds, e.g. a step was removed).
+        detail: what else disagreed, when it is not the key at the position
+            (e.g. concurrent calls that the changed code makes in another order).
     """
 
     def __init__(
-        self, run_id: str, position: int, recorded: str | None, called: str | None
+        self,
+        run_id: str,
+        position: int,
+        recorded: str | None,
+        called: str | None,
+        *,
+        detail: str | None = None,
     ) -> None:
         self.run_id = run_id
         self.position = position
         self.recorded = recorded
         self.called = called
-        if called is None:
+        if detail is not None:
+            head, what = f"call #{position}", detail
+        elif called is None:
             head = f"the flow returned before call #{position}"
             what = f"the journal records {recorded!r} there"
         else:
@@ -150,6 +164,21 @@ class Forbidden(SteadyflowError, PermissionError):
 
 class NotInRunError(SteadyflowError, RuntimeError):
     """A call that only makes sense inside a running flow was made outside one."""
+
+
+class NotInStepError(SteadyflowError, RuntimeError):
+    """Flow code asked its event loop for I/O, threads or processes.
+
+    A flow body runs on Steadyflow's deterministic loop; I/O belongs in a `step`.
+    """
+
+
+class FlowBlocked(SteadyflowError):
+    """Every task of a flow waits on something no signal, timer or step can complete.
+
+    For example, the flow awaits an ``asyncio.Event`` that nothing sets, or a
+    task whose wait was withdrawn. The run fails with this error.
+    """
 
 
 class NotWaiting(SteadyflowError):

@@ -10,6 +10,7 @@ from sdk._client import Client, RunHandle
 from sdk._worker import Worker
 from stores._protocol import Store
 from testing._clock import FakeClock
+from testing._crash import CrashPoints
 
 __all__ = ["FlowTestEnv"]
 
@@ -53,6 +54,7 @@ class FlowTestEnv:
         self._started_clock = False
         self._client: Client | None = None
         self._worker: Worker | None = None
+        self._crashes = CrashPoints()
 
     async def __aenter__(self) -> FlowTestEnv:
         if self._store is None:
@@ -73,6 +75,7 @@ class FlowTestEnv:
             inline_backoff_max=0.0,
             name="flow-test-env",
             channels=self._channels,
+            interceptors=[self._crashes],
         )
         return self
 
@@ -117,7 +120,10 @@ class FlowTestEnv:
         but before its result was recorded (so it will run again, with the
         same `current_step().idempotency_key`). The run's lease is left to
         expire: `advance` past the lease TTL and the run recovers.
+
+        The crash is the same every time: writes the activation already sent
+        complete, every other step of it (a sibling in a ``gather``) stops
+        before its result is recorded, and `run_until_idle` returns only once
+        all of that has settled.
         """
-        if when not in ("before", "after"):
-            raise ValueError(f"crash_at(when=...) is 'before' or 'after', got {when!r}")
-        self.worker.engine.crash_points[step_key] = when
+        self._crashes.add(step_key, when)

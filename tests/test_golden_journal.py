@@ -1,4 +1,4 @@
-"""Golden journals: records written by format version 1 must keep decoding and replaying.
+"""Golden journals: records written by earlier format versions must keep decoding and replaying.
 
 ``tests/golden/*.json`` hold the journal of one run of `golden_order` (the
 Redis hash ``step key -> record JSON``, as stored) at three moments: parked on
@@ -10,6 +10,9 @@ commit, whose records left out their (default) ``"v"``: a record without one
 is format 1. To add golden files for a new format, run
 ``python -m tests.test_golden_journal SUFFIX`` (e.g. ``v2``) and commit the
 new files next to the old ones.
+
+Format 2 (``journal_v2_*``) adds each outcome's delivery round (``"r"``);
+format 1 records have none and replay each outcome as soon as it is called.
 
 The recorded values avoid type paths of this test module (declared types are
 used instead), so the files do not depend on how pytest names test modules.
@@ -50,8 +53,11 @@ from stores.redis import RedisStore
 from testing import FakeClock, FlowTestEnv
 
 GOLDEN = Path(__file__).parent / "golden"
-FILES = ("v1_retry", "v1_waiting", "v1_complete", "v1_unversioned_complete")
-COMPLETE = ("v1_complete", "v1_unversioned_complete")
+FILES = (
+    "v1_retry", "v1_waiting", "v1_complete", "v1_unversioned_complete",
+    "v2_retry", "v2_waiting", "v2_complete",
+)  # fmt: skip
+COMPLETE = ("v1_complete", "v1_unversioned_complete", "v2_complete")
 START = datetime(2030, 1, 1, 8, 0, tzinfo=UTC)
 
 RUNS: Counter[str] = Counter()
@@ -187,21 +193,24 @@ async def inject(env: FlowTestEnv, run_id: str, journal: dict[str, str]) -> None
 
 
 @pytest.mark.parametrize("name", FILES)
-def test_golden_records_of_format_1_decode(name: str) -> None:
+def test_golden_records_decode_with_their_format(name: str) -> None:
     golden = load(name)
-    assert golden["format_version"] == 1
+    version = golden["format_version"]
+    assert version == int(name[1])
     journal = Journal.from_raw(golden["journal"])
     assert set(journal.by_key) == set(golden["journal"])
     for key, text in golden["journal"].items():
         rec = Record.from_json(text)
         assert rec.key == key
-        assert rec.v == 1
-        assert json.loads(text).get("v", 1) == 1
+        assert rec.v == version
+        assert json.loads(text).get("v", 1) == version
+        # format 2 records its delivery rounds; format 1 replays outcomes as called
+        assert (rec.r is not None) == (version >= 2 and rec.resolved)
 
 
 def test_records_are_written_with_their_format_version() -> None:
     text = Record("a#1", 0, Kind.STEP, State.OK, value=1).to_json()
-    assert json.loads(text)["v"] == 1  # written, not implied by a default
+    assert json.loads(text)["v"] == 2  # written, not implied by a default
     for text in load("v1_complete")["journal"].values():
         assert json.loads(text)["v"] == 1
 
@@ -229,12 +238,13 @@ def test_golden_complete_journal_holds_every_kind_of_record(name: str) -> None:
     assert (rec["~sleep#1"].kind, rec["~sleep#1"].state) == (Kind.SLEEP, State.OK)
 
 
-def test_golden_snapshots_hold_the_parked_states() -> None:
-    retry = Journal.from_raw(load("v1_retry")["journal"]).by_key["charge#1"]
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_golden_snapshots_hold_the_parked_states(version: str) -> None:
+    retry = Journal.from_raw(load(f"{version}_retry")["journal"]).by_key["charge#1"]
     assert (retry.state, retry.attempts) == (State.RETRY, 1)
     assert retry.due == START.timestamp() + 1
     assert retry.error is not None and retry.error["type"] == "builtins:ConnectionError"
-    waiting = Journal.from_raw(load("v1_waiting")["journal"]).by_key["~wait:paid#1"]
+    waiting = Journal.from_raw(load(f"{version}_waiting")["journal"]).by_key["~wait:paid#1"]
     assert (waiting.kind, waiting.state, waiting.due) == (Kind.WAIT, State.PENDING, None)
 
 
@@ -256,10 +266,13 @@ async def test_a_golden_complete_journal_replays_without_running_a_step(
     assert converter.unstructure(result) == golden["result"]
 
 
+@pytest.mark.parametrize("version", ["v1", "v2"])
 @pytest.mark.parametrize("stage", ["retry", "waiting"])
-async def test_a_golden_parked_journal_continues_to_the_same_result(stage: str) -> None:
-    golden = load(f"v1_{stage}")
-    expected = load("v1_complete")["result"]
+async def test_a_golden_parked_journal_continues_to_the_same_result(
+    stage: str, version: str
+) -> None:
+    golden = load(f"{version}_{stage}")
+    expected = load(f"{version}_complete")["result"]
     async with FlowTestEnv(clock=FakeClock(START)) as env:
         handle = await env.start(golden_order, *golden["args"], run_id="golden")
         await inject(env, handle.run_id, golden["journal"])

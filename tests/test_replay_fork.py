@@ -1092,8 +1092,8 @@ async def test_status_of_a_replay_is_the_same_through_every_python_api() -> None
 
 
 def test_the_request_hash_fast_paths_agree_with_the_general_one() -> None:
-    from sdk._activation import StepSpec
     from sdk._serde import _canonical, _hashing, request_hash
+    from sdk._step import StepSpec
 
     async def charge(amount: int, currency: str = "EUR", note: object = None) -> str:
         return ""

@@ -91,8 +91,8 @@ def test_a_journal_indexes_records_by_key_and_position(items: list[Record]) -> N
 
 def test_records_carry_the_format_version() -> None:
     rec = Record("a#1", 0, Kind.STEP, State.OK, value=1)
-    assert rec.v == FORMAT_VERSION == 1
-    assert Record.from_json(rec.to_json()).v == 1
+    assert rec.v == FORMAT_VERSION == 2
+    assert Record.from_json(rec.to_json()).v == 2
 
 
 # -- values ------------------------------------------------------------------------

@@ -1,0 +1,35 @@
+"""Interceptors: hooks around the execution of steps, for tools and test kits.
+
+The engine calls every interceptor of its worker around each step attempt. An
+interceptor observes (tracing, metrics), or, for the test kit, simulates a
+crash by raising `Abandon`: the activation then stops at once, as if its
+process had died there (see `testing.FlowTestEnv.crash_at`).
+"""
+
+from __future__ import annotations
+
+__all__ = ["Abandon", "Interceptor"]
+
+
+class Abandon(BaseException):
+    """Stop the activation at once, as if the worker process died at this point.
+
+    Nothing more is written by the activation (writes already sent complete);
+    its lease is left to expire, and another activation continues the run.
+    A `BaseException`, so flow and step code cannot swallow it with
+    ``except Exception``.
+    """
+
+
+class Interceptor:
+    """Hooks around step attempts. Each one does nothing unless overridden.
+
+    Attributes of the call: the run id, the step key, and the attempt number
+    (1 for the first).
+    """
+
+    def step_started(self, run_id: str, key: str, attempt: int) -> None:
+        """Before the step's body runs."""
+
+    def step_finished(self, run_id: str, key: str, attempt: int) -> None:
+        """After the body returned, before its result is recorded."""

@@ -1,0 +1,215 @@
+"""Running a step live: attempts under its retry policy, and what replays and forks reuse.
+
+A step op that has no recorded outcome is started here by its activation
+(`start`). Its body runs on the worker's event loop; every attempt that fails
+is journaled (so budgets survive crashes), and the outcome is recorded with
+one fenced write that the activation delivers to the flow in a later round.
+A retry backoff longer than the worker's ``inline_backoff_max`` leaves the
+op waiting on a durable timer (the run parks); so does a replayed step with
+``replay="require_human"`` until its approval arrives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any
+
+from sdk._context import StepContext, _step_var
+from sdk._journal import Kind, Record, State, StepEvent
+from sdk._ops import Outcome, StepOp, tag
+from sdk._retry import RetryPolicy
+from sdk._serde import decode_value, dumps, encode_exception, encode_value
+from sdk._types import CheckpointKind, Decision, EventType, Reason
+from sdk.errors import IdempotencyConflict, SerializationError
+
+if TYPE_CHECKING:
+    from sdk._activation import Activation
+
+__all__ = ["announce", "approval_mailbox", "decided", "retry_now", "start"]
+
+_COMPLETED = StepEvent(EventType.STEP_COMPLETED, "", CheckpointKind.STEP_COMPLETED)
+
+
+def approval_mailbox(op: StepOp) -> str:
+    """The human wait a ``require_human`` step takes before running again."""
+    return f"h:replay:{op.key}"
+
+
+def start(act: Activation, op: StepOp) -> None:
+    """Begin a step op the journal has no outcome for (at the live frontier)."""
+    rec = op.record
+    if rec is not None and rec.kind is Kind.WAIT:  # its approval, taken or awaited
+        if rec.state is State.OK:
+            decided(act, op, rec.value)
+        else:
+            op.approval = True
+            act.park_op(op)
+        return
+    if rec is None and act.has_lineage:
+        lin = act.lineage_record(op.key, op.pos, Kind.STEP)
+        if lin is not None and op.spec.replay == "use_recorded_result":
+            act.spawn(_reuse(act, op, lin), op)
+            return
+        if lin is not None and op.spec.replay == "require_human":
+            op.approval = True
+            act.park_op(op)
+            return
+    attempts = 0
+    if rec is not None and rec.state is State.RETRY:
+        attempts = rec.attempts  # the budget survives crashes
+        if rec.due is not None and act.clock.time() < rec.due:
+            op.retry_due = rec.due
+            act.park_op(op)
+            return
+    act.spawn(_attempts(act, op, attempts), op)
+
+
+def retry_now(act: Activation, op: StepOp) -> None:
+    """A waiting retry is due: run the next attempt."""
+    op.retry_due = None
+    attempts = op.record.attempts if op.record is not None else 0
+    act.spawn(_attempts(act, op, attempts), op)
+
+
+def decided(act: Activation, op: StepOp, decision: Any) -> None:
+    """The approval ``replay:{key}`` arrived: run the step again, or reuse its result."""
+    op.approval = False
+    approved = decode_value(decision, Decision, None, f"decision at {op.key!r}").approved
+    lin = act.lineage_record(op.key, op.pos, Kind.STEP)
+    if approved or lin is None:
+        act.spawn(_attempts(act, op, 0), op)
+    else:
+        act.spawn(_reuse(act, op, lin), op)
+
+
+def announce(rec: Record, optional: bool) -> StepEvent | None:
+    """The event (and checkpoint) a step's journal write makes, in the same script."""
+    if rec.state is State.OK:
+        return _COMPLETED
+    err = rec.error or {}
+    if rec.state is State.FAILED:
+        # a step that ended in failure is a boundary too: the flow may catch
+        # it and carry on without that result (a degraded step)
+        data = {"type": err.get("type"), "message": err.get("message"), "reason": rec.reason}
+        return StepEvent(EventType.STEP_FAILED, dumps(data), CheckpointKind.STEP_COMPLETED)
+    data = {"attempt": rec.attempts, "due": rec.due, "type": err.get("type"),
+            "message": err.get("message")}  # fmt: skip
+    kind = CheckpointKind.RETRY_SCHEDULED if optional else ""
+    return StepEvent(EventType.STEP_RETRY_SCHEDULED, dumps(data), kind)
+
+
+async def _reuse(act: Activation, op: StepOp, lin: Record) -> None:
+    """Take the source run's recorded result instead of running the side effect again."""
+    rh = op.spec.request_hash(op.fn, op.args, op.kwargs)
+    idem = f"{act.key_root}:{op.key}"
+    if lin.rh is not None and rh != lin.rh:
+        exc = IdempotencyConflict(
+            f"run {act.run_id!r}: step {op.key!r} (idempotency key {idem!r}) was recorded "
+            "with other arguments in the source run; it is not run again"
+        )
+        await _fail(act, op, exc, Reason.IDEMPOTENCY_CONFLICT, 0, rh)
+        return
+    data = dumps({"idempotency_key": idem, "source_run_id": act.stored.record.source_run_id})
+    event = StepEvent(EventType.SIDE_EFFECT_REUSED, data, CheckpointKind.STEP_COMPLETED)
+    await act.resolve(
+        op,
+        lambda r: Record(op.key, op.pos, Kind.STEP, State.OK, value=lin.value, type=lin.type,
+                         rh=lin.rh, r=r),
+        op.outcome(lin),
+        event,
+    )  # fmt: skip
+
+
+async def _attempts(act: Activation, op: StepOp, attempts: int) -> None:
+    spec = op.spec
+    policy = spec.retry or act.retry_override or act.flow.retry
+    rh = spec.request_hash(op.fn, op.args, op.kwargs)
+    while True:
+        act.step_started(op, attempts + 1)
+        if act.flow.optional_checkpoints:
+            await act.mark(op.key)
+        ctx = StepContext(act.run_id, op.key, attempts + 1, f"{act.key_root}:{op.key}")
+        token = _step_var.set(ctx)
+        failure: Exception | None = None
+        try:
+            value = op.fn(*op.args, **op.kwargs)
+            if inspect.iscoroutine(value) or isinstance(value, Awaitable):
+                value = await value
+        except Exception as exc:
+            failure = exc
+        finally:
+            _step_var.reset(token)
+        if failure is not None:
+            attempts += 1
+            due = await _failed(act, op, failure, attempts, policy, rh)
+            if due is None:
+                return
+            delay = due - act.clock.time()
+            if delay > act.engine.inline_backoff_max:
+                op.retry_due = due  # a durable timer at the recorded due time
+                act.park_op(op)
+                return
+            await asyncio.sleep(max(delay, 0.0))
+            continue
+        act.step_finished(op, attempts + 1)
+        try:
+            data, tpath = encode_value(value, spec.return_type(), op.what)
+        except SerializationError as exc:
+            await _fail(act, op, exc, Reason.SERIALIZATION_ERROR, attempts + 1, None)
+            return
+        done = functools.partial(Record, op.key, op.pos, Kind.STEP, State.OK, value=data,
+                                 type=tpath, attempts=attempts, rh=rh)  # fmt: skip
+        await act.resolve(op, done, Outcome(value), _COMPLETED, ctx._intents)
+        return
+
+
+async def _failed(
+    act: Activation,
+    op: StepOp,
+    exc: Exception,
+    attempts: int,
+    policy: RetryPolicy | None,
+    rh: str,
+) -> float | None:
+    """Record a failed attempt; when the next one is due if the step will be retried."""
+    if policy is None:
+        verdict: Reason | None = Reason.STEP_FAILED
+    else:
+        verdict = policy.verdict(exc, attempts, act.journal.failures() + 1)
+    if verdict is not None:
+        await _fail(act, op, exc, verdict, attempts, None)
+        return None
+    assert policy is not None
+    delay = policy.delay(attempts)
+    due = act.clock.time() + delay
+    rec = Record(op.key, op.pos, Kind.STEP, State.RETRY, error=encode_exception(exc),
+                 attempts=attempts, due=due)  # fmt: skip
+    await act.write(rec, announce(rec, act.flow.optional_checkpoints))
+    op.record = rec
+    act.log.info(
+        "run %s: step %s failed (attempt %d: %s); retrying in %.3fs",
+        act.run_id, op.key, attempts, type(exc).__name__, delay,
+    )  # fmt: skip
+    return due
+
+
+async def _fail(
+    act: Activation, op: StepOp, exc: Exception, reason: Reason, attempts: int, rh: str | None
+) -> None:
+    """Record the step's failure for good; the flow gets `exc` (tagged with key and reason)."""
+    error = encode_exception(exc)
+
+    def record(r: int) -> Record:
+        return Record(op.key, op.pos, Kind.STEP, State.FAILED, error=error, reason=reason.value,
+                      attempts=attempts, rh=rh, r=r)  # fmt: skip
+
+    sample = record(0)
+    await act.resolve(
+        op,
+        record,
+        Outcome(error=tag(exc, op.key, reason.value)),
+        announce(sample, act.flow.optional_checkpoints),
+    )
