@@ -20,7 +20,6 @@ import argparse
 import ast
 import asyncio
 import operator
-import os
 import re
 import sys
 from collections import Counter
@@ -30,8 +29,6 @@ import attrs
 
 from sdk import Client, current_run, current_step, flow, step
 from stores import open_store
-
-DEFAULT_STORE = "redis://127.0.0.1:6379/0"
 
 
 @attrs.frozen
@@ -166,8 +163,9 @@ async def main(argv: list[str] | None = None) -> int:
         prog="python -m examples.agent", description="Ask the agent; print its answer."
     )
     p.add_argument("question", nargs="?", default="How much taller is Everest than K2, in feet?")
-    p.add_argument("--store", default=os.environ.get("STEADYFLOW_STORE", DEFAULT_STORE))
-    p.add_argument("--prefix", default="sf", help="key prefix; the worker's must match (sf)")
+    # Default None: open_store() reads $STEADYFLOW_STORE / $STEADYFLOW_PREFIX, as the worker does.
+    p.add_argument("--store", default=None, help="store URL ($STEADYFLOW_STORE or local Redis)")
+    p.add_argument("--prefix", default=None, help="key prefix ($STEADYFLOW_PREFIX or sf)")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the answer")
     args = p.parse_args(argv)
     store = open_store(args.store, prefix=args.prefix)

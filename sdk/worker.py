@@ -19,8 +19,6 @@ from collections.abc import Sequence
 
 from sdk._worker import Worker
 
-DEFAULT_STORE = "redis://127.0.0.1:6379/0"
-
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
@@ -30,15 +28,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("modules", nargs="+", metavar="MODULE", help="module(s) that define flows")
     p.add_argument(
         "--store",
-        default=os.environ.get("STEADYFLOW_STORE", DEFAULT_STORE),
+        default=None,
         help="store URL: redis://, rediss:// or memory:// "
-        "(default: $STEADYFLOW_STORE or %(default)s)",
+        "(default: $STEADYFLOW_STORE or redis://127.0.0.1:6379/0)",
     )
     p.add_argument("--concurrency", type=int, default=16, help="activations at once (16)")
     p.add_argument("--lease-ttl", type=float, default=30.0, help="lease seconds (30)")
     p.add_argument("--queues", default=None, help="comma-separated queues (default: all)")
     p.add_argument("--grace", type=float, default=None, help="shutdown grace seconds (lease TTL)")
-    p.add_argument("--prefix", default="sf", help="key prefix (sf)")
+    p.add_argument("--prefix", default=None, help="key prefix ($STEADYFLOW_PREFIX or sf)")
     p.add_argument(
         "--partitions", type=int, default=1,
         help="hash-tag partitions; the same in every process of a deployment (1)",
