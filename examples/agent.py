@@ -10,7 +10,7 @@ repeated) and carries on from the first one that has no record.
 The model is a deterministic fake (no network): it answers questions about
 the heights of a few mountains by searching, then calculating.
 
-    python -m sdk.worker examples.agent
+    steadyflow worker examples.agent
     python -m examples.agent "How much taller is Everest than K2, in feet?"
 """
 
@@ -174,7 +174,7 @@ async def main(argv: list[str] | None = None) -> int:
         print(await handle.result(timeout=args.timeout))
         return 0
     except TimeoutError as exc:
-        print(f"{exc}: is a worker running? python -m sdk.worker examples.agent", file=sys.stderr)
+        print(f"{exc}: is a worker running? steadyflow worker examples.agent", file=sys.stderr)
         return 1
     finally:
         await store.close()

@@ -13,7 +13,7 @@ as the deny path here does.
 
 Serve it and start an order (approve or deny it on the command line)::
 
-    python -m sdk.worker examples.checkout
+    steadyflow worker examples.checkout
     python -m examples.checkout --order A-1 --approve
 """
 
@@ -211,7 +211,7 @@ async def main(argv: list[str] | None = None) -> int:
         print(await handle.result(timeout=args.timeout))
         return 0
     except TimeoutError as exc:
-        hint = "is a worker running? python -m sdk.worker examples.checkout"
+        hint = "is a worker running? steadyflow worker examples.checkout"
         print(f"{exc}: {hint}", file=sys.stderr)
         return 1
     finally:

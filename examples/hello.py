@@ -2,7 +2,7 @@
 
 Serve it in one terminal and start a run from another::
 
-    python -m sdk.worker examples.hello
+    steadyflow worker examples.hello
     python -m examples.hello --name Ada
 
 Both use the store ``$STEADYFLOW_STORE`` (else ``redis://127.0.0.1:6379/0``)
@@ -71,7 +71,7 @@ async def main(argv: list[str] | None = None) -> int:
             where = store.describe()  # what open_store() chose, password redacted
             print(
                 f"run {handle.run_id} did not finish within {args.timeout}s: is a worker "
-                f"running? python -m sdk.worker examples.hello --store {where['store']} "
+                f"running? steadyflow worker examples.hello --store {where['store']} "
                 f"--prefix {where['prefix']}",
                 file=sys.stderr,
             )
