@@ -16,6 +16,7 @@ from typing import Any
 import attrs
 import pytest
 import pytest_asyncio
+import redis
 
 from examples import agent as agent_example
 from examples import checkout as checkout_example
@@ -131,6 +132,29 @@ async def test_hello_end_to_end_with_a_worker_process_on_real_redis(
     text = hello_worker.log.read_text()
     assert "SIGTERM received: stopping" in text
     assert "stopped" in text.splitlines()[-1]
+
+
+@pytest.mark.redis
+@pytest.mark.slow
+def test_the_demo_prints_the_greeting_and_leaves_no_key_behind(redis_url: str) -> None:
+    probe = redis.Redis.from_url(redis_url)
+    env = {**os.environ, "STEADYFLOW_STORE": redis_url, "STEADYFLOW_PREFIX": "not-the-demos"}
+    try:
+        for _ in range(2):  # a second run works the same and cleans up the same
+            done = subprocess.run(
+                ["bash", "scripts/demo.sh"], cwd=ROOT, env=env,
+                capture_output=True, text=True, timeout=60,
+            )  # fmt: skip
+            assert done.returncode == 0, done.stdout + done.stderr
+            assert "Hello, Steadyflow user! (from Steadyflow)\n" in done.stdout
+            assert "prefix sf-demo" in done.stdout  # its own prefix, whatever the environment says
+            assert re.search(
+                r"deleted the [1-9]\d* keys the demo wrote under sf-demo:", done.stdout
+            )
+            assert list(probe.scan_iter(match="sf-demo:*")) == []
+            assert list(probe.scan_iter(match="not-the-demos:*")) == []
+    finally:
+        probe.close()
 
 
 # -- checkout ------------------------------------------------------------------------
@@ -485,14 +509,13 @@ async def test_quickstart_works_end_to_end(private_redis: PrivateRedis, tmp_path
 
     with (tmp_path / "worker.log").open("wb") as log:
         worker = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "sdk.worker", "flows", cwd=tmp_path, env=env,
+            STEADYFLOW, "worker", "flows", cwd=tmp_path, env=env,
             stdout=log, stderr=asyncio.subprocess.STDOUT,
         )  # fmt: skip
     try:
         assert await python("start.py") == (0, "active\n", "")
-        code, _, err = await python("start.py")  # as the page says: the signal line fails
-        assert code == 1
-        assert "InvalidTransition" in err
+        # As the page says: start() returns the finished run, which is not signalled again.
+        assert await python("start.py") == (0, "onboard-ada has already finished: active\n", "")
     finally:
         worker.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(worker.wait(), timeout=30) == 0
