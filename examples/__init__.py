@@ -6,6 +6,6 @@
 - `examples.agent`: an agent loop whose model turns and tool calls are steps
   discovered at run time (a deterministic fake model, no network).
 
-Each one is served by ``python -m sdk.worker examples.<name>`` and started with
+Each one is served by ``steadyflow worker examples.<name>`` and started with
 ``python -m examples.<name>``; ``tests/test_examples.py`` tests them all.
 """

@@ -10,7 +10,7 @@ repeated) and carries on from the first one that has no record.
 The model is a deterministic fake (no network): it answers questions about
 the heights of a few mountains by searching, then calculating.
 
-    python -m sdk.worker examples.agent
+    steadyflow worker examples.agent
     python -m examples.agent "How much taller is Everest than K2, in feet?"
 """
 
@@ -20,7 +20,6 @@ import argparse
 import ast
 import asyncio
 import operator
-import os
 import re
 import sys
 from collections import Counter
@@ -30,8 +29,6 @@ import attrs
 
 from sdk import Client, current_run, current_step, flow, step
 from stores import open_store
-
-DEFAULT_STORE = "redis://127.0.0.1:6379/0"
 
 
 @attrs.frozen
@@ -166,8 +163,9 @@ async def main(argv: list[str] | None = None) -> int:
         prog="python -m examples.agent", description="Ask the agent; print its answer."
     )
     p.add_argument("question", nargs="?", default="How much taller is Everest than K2, in feet?")
-    p.add_argument("--store", default=os.environ.get("STEADYFLOW_STORE", DEFAULT_STORE))
-    p.add_argument("--prefix", default="sf", help="key prefix; the worker's must match (sf)")
+    # Default None: open_store() reads $STEADYFLOW_STORE / $STEADYFLOW_PREFIX, as the worker does.
+    p.add_argument("--store", default=None, help="store URL ($STEADYFLOW_STORE or local Redis)")
+    p.add_argument("--prefix", default=None, help="key prefix ($STEADYFLOW_PREFIX or sf)")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the answer")
     args = p.parse_args(argv)
     store = open_store(args.store, prefix=args.prefix)
@@ -176,7 +174,7 @@ async def main(argv: list[str] | None = None) -> int:
         print(await handle.result(timeout=args.timeout))
         return 0
     except TimeoutError as exc:
-        print(f"{exc}: is a worker running? python -m sdk.worker examples.agent", file=sys.stderr)
+        print(f"{exc}: is a worker running? steadyflow worker examples.agent", file=sys.stderr)
         return 1
     finally:
         await store.close()

@@ -13,7 +13,7 @@ as the deny path here does.
 
 Serve it and start an order (approve or deny it on the command line)::
 
-    python -m sdk.worker examples.checkout
+    steadyflow worker examples.checkout
     python -m examples.checkout --order A-1 --approve
 """
 
@@ -40,8 +40,6 @@ from sdk import (
 )
 from sdk.errors import WaitTimeout
 from stores import open_store
-
-DEFAULT_STORE = "redis://127.0.0.1:6379/0"
 
 
 @attrs.frozen
@@ -182,8 +180,9 @@ async def main(argv: list[str] | None = None) -> int:
         prog="python -m examples.checkout",
         description="Start a checkout, review it from the command line, print the receipt.",
     )
-    p.add_argument("--store", default=os.environ.get("STEADYFLOW_STORE", DEFAULT_STORE))
-    p.add_argument("--prefix", default="sf", help="key prefix; the worker's must match (sf)")
+    # Default None: open_store() reads $STEADYFLOW_STORE / $STEADYFLOW_PREFIX, as the worker does.
+    p.add_argument("--store", default=None, help="store URL ($STEADYFLOW_STORE or local Redis)")
+    p.add_argument("--prefix", default=None, help="key prefix ($STEADYFLOW_PREFIX or sf)")
     p.add_argument("--order", default="A-1")
     p.add_argument("--cents", type=int, default=4200)
     p.add_argument("--batch-window", type=float, default=2.0, help="seconds before shipping")
@@ -212,7 +211,7 @@ async def main(argv: list[str] | None = None) -> int:
         print(await handle.result(timeout=args.timeout))
         return 0
     except TimeoutError as exc:
-        hint = "is a worker running? python -m sdk.worker examples.checkout"
+        hint = "is a worker running? steadyflow worker examples.checkout"
         print(f"{exc}: {hint}", file=sys.stderr)
         return 1
     finally:

@@ -2,24 +2,23 @@
 
 Serve it in one terminal and start a run from another::
 
-    python -m sdk.worker examples.hello
+    steadyflow worker examples.hello
     python -m examples.hello --name Ada
 
-Both default to the store ``$STEADYFLOW_STORE`` or ``redis://127.0.0.1:6379/0``.
-The second command starts a run, waits for its result and prints it.
+Both use the store ``$STEADYFLOW_STORE`` (else ``redis://127.0.0.1:6379/0``)
+and the key prefix ``$STEADYFLOW_PREFIX`` (else ``sf``), unless given
+``--store`` / ``--prefix``. The second command starts a run (a new run id each
+time), waits for its result and prints it.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
 
 from sdk import Client, current_run, flow, step
 from stores import open_store
-
-DEFAULT_STORE = "redis://127.0.0.1:6379/0"
 
 
 @step
@@ -56,8 +55,9 @@ async def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m examples.hello", description="Start a hello run and print its result."
     )
-    p.add_argument("--store", default=os.environ.get("STEADYFLOW_STORE", DEFAULT_STORE))
-    p.add_argument("--prefix", default="sf", help="key prefix; the worker's must match (sf)")
+    # Default None: open_store() reads $STEADYFLOW_STORE / $STEADYFLOW_PREFIX, as the worker does.
+    p.add_argument("--store", default=None, help="store URL ($STEADYFLOW_STORE or local Redis)")
+    p.add_argument("--prefix", default=None, help="key prefix ($STEADYFLOW_PREFIX or sf)")
     p.add_argument("--name", default="world")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the result")
     args = p.parse_args(argv)
@@ -68,10 +68,11 @@ async def main(argv: list[str] | None = None) -> int:
         try:
             result = await handle.result(timeout=args.timeout)
         except TimeoutError:
+            where = store.describe()  # what open_store() chose, password redacted
             print(
                 f"run {handle.run_id} did not finish within {args.timeout}s: is a worker "
-                f"running? python -m sdk.worker examples.hello --store {args.store} "
-                f"--prefix {args.prefix}",
+                f"running? steadyflow worker examples.hello --store {where['store']} "
+                f"--prefix {where['prefix']}",
                 file=sys.stderr,
             )
             return 1

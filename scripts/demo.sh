@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# Runs the hello example end to end: a worker process serves it, a client starts
-# a run and prints its result, then the worker is stopped with SIGTERM.
+# Runs the hello example end to end: a worker process (steadyflow worker) serves
+# it, a client starts a run and prints its result, then the worker is stopped
+# with SIGTERM. Both find the store and the key prefix in STEADYFLOW_STORE and
+# STEADYFLOW_PREFIX (docs/operations.md#configuration), exported below.
 #
 # Store: $STEADYFLOW_STORE, or redis://127.0.0.1:6379/0. When that default does
 # not answer and redis-server is on PATH, a private redis-server is started on a
-# free port (and stopped at the end). Keys go under the prefix "sf-demo".
+# free port (and stopped at the end). Keys go under the prefix "sf-demo", the
+# demo's own: at the end every key under it is deleted, so a Redis you keep
+# holds nothing of the demo afterwards.
 set -euo pipefail
 . "$(dirname "$0")/env.sh"   # .venv with steadyflow installed; cd to the repo root
 
@@ -13,11 +17,17 @@ STORE="${STEADYFLOW_STORE:-}"
 workdir="$(mktemp -d)"
 worker_pid=""
 redis_pid=""
+demo_store=""   # set once the demo may have written keys: the store to sweep
 
 cleanup() {
   if [ -n "$worker_pid" ] && kill -0 "$worker_pid" 2>/dev/null; then
     kill -TERM "$worker_pid" 2>/dev/null || true
     wait "$worker_pid" 2>/dev/null || true
+  fi
+  # After the worker: nothing writes under the prefix any more. A private
+  # redis-server goes away whole, so only a Redis of the user's is swept.
+  if [ -n "$demo_store" ] && [ -z "$redis_pid" ]; then
+    remove_demo_keys || echo "demo: could not delete the keys under $PREFIX: at $STORE" >&2
   fi
   if [ -n "$redis_pid" ]; then
     kill -TERM "$redis_pid" 2>/dev/null || true
@@ -27,6 +37,20 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
+
+# remove_demo_keys: delete every key under "$PREFIX:" at $STORE (the run, its
+# journal, events and checkpoints, and the prefix's queues and indexes).
+remove_demo_keys() {
+  python - "$STORE" "$PREFIX" <<'PY'
+import sys
+import redis
+r = redis.Redis.from_url(sys.argv[1], socket_timeout=5, socket_connect_timeout=2)
+keys = list(r.scan_iter(match=f"{sys.argv[2]}:*", count=1000))
+for i in range(0, len(keys), 500):
+    r.unlink(*keys[i : i + 500])
+print(f"demo: deleted the {len(keys)} keys the demo wrote under {sys.argv[2]}:")
+PY
+}
 
 # store_up URL: true when a Redis answers PING there (TLS and ACL users included).
 store_up() {
@@ -65,11 +89,13 @@ else
 fi
 
 echo "demo: store $STORE, prefix $PREFIX"
-python -m sdk.worker examples.hello --store "$STORE" --prefix "$PREFIX" \
-  >"$workdir/worker.log" 2>&1 &
+# The worker and the client below read these; neither is given --store or --prefix.
+export STEADYFLOW_STORE="$STORE" STEADYFLOW_PREFIX="$PREFIX"
+demo_store="$STORE"
+steadyflow worker examples.hello >"$workdir/worker.log" 2>&1 &
 worker_pid=$!
 
-if ! python -m examples.hello --store "$STORE" --prefix "$PREFIX" --name "Steadyflow user"; then
+if ! python -m examples.hello --name "Steadyflow user"; then
   echo "demo: the run did not finish; worker log:" >&2
   cat "$workdir/worker.log" >&2
   exit 1

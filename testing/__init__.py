@@ -3,10 +3,31 @@
     from testing import FlowTestEnv, FakeClock
 
 The pytest plugin (installed with the package) adds the fixtures ``flow_env``
-and ``fake_clock``.
+and ``fake_clock``. Both classes need the ``test`` extra
+(``pip install 'steadyflow[test]'``).
 """
 
-from testing._clock import FakeClock
-from testing._env import FlowTestEnv
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from testing._clock import FakeClock
+    from testing._env import FlowTestEnv
 
 __all__ = ["FakeClock", "FlowTestEnv"]
+
+
+def __getattr__(name: str) -> Any:
+    # Imported on first use, not with the package: pytest loads testing.plugin
+    # (so this package) in every run where steadyflow is installed, and the
+    # classes need freezegun and fakeredis, which only the test extra brings.
+    if name == "FakeClock":
+        from testing._clock import FakeClock
+
+        return FakeClock
+    if name == "FlowTestEnv":
+        from testing._env import FlowTestEnv
+
+        return FlowTestEnv
+    raise AttributeError(f"module 'testing' has no attribute {name!r}")

@@ -5,9 +5,13 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import freezegun
-
 from sdk._clock import seconds
+from testing._extra import needs_extra
+
+try:
+    import freezegun
+except ImportError as e:  # an ImportError, as for any optional dependency (httpx does so)
+    raise ImportError(needs_extra("testing.FakeClock", ["freezegun"])) from e
 
 __all__ = ["FakeClock"]
 

@@ -9,6 +9,9 @@
   persistence, outage tests); stopped by pid.
 - ``workers`` / ``client``: real ``python -m sdk.worker`` processes on the real
   Redis under the test's prefix (tests.crashflows.Workers), and a Client there.
+
+Outside CI, a run that skipped tests ends with a summary of how many, why, and
+how to run them all (``pytest_terminal_summary`` below).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import socket
 import subprocess
 import time
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -33,6 +37,9 @@ from tests.crashflows import Workers
 
 REDIS_URL = os.environ.get("STEADYFLOW_TEST_REDIS", "redis://127.0.0.1:6379/0")
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+# The skip reasons of the tests that need a real Redis (the summary looks for them).
+NO_REDIS = f"no Redis answers at {REDIS_URL}"
+NO_REDIS_SERVER = "redis-server is not on PATH"
 
 
 def _redis_answers(host: str, port: int) -> bool:
@@ -51,10 +58,9 @@ def need_real_redis() -> str:
     parts = urlsplit(REDIS_URL)
     if _redis_answers(parts.hostname or "127.0.0.1", parts.port or 6379):
         return REDIS_URL
-    msg = f"no Redis answers at {REDIS_URL}"
     if IN_CI:
-        pytest.fail(msg + " (CI=true: real Redis is required)")
-    pytest.skip(msg)
+        pytest.fail(NO_REDIS + " (CI=true: real Redis is required)")
+    pytest.skip(NO_REDIS)
 
 
 @pytest.fixture(name="redis_url")
@@ -133,8 +139,8 @@ class PrivateRedis:
         exe = shutil.which("redis-server")
         if exe is None:
             if IN_CI:
-                pytest.fail("redis-server is not on PATH (CI=true: required)")
-            pytest.skip("redis-server is not on PATH")
+                pytest.fail(NO_REDIS_SERVER + " (CI=true: required)")
+            pytest.skip(NO_REDIS_SERVER)
         args = [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.workdir),
                 "--save", "", "--appendonly", "yes" if self.appendonly else "no"]  # fmt: skip
         if self.appendonly:
@@ -182,3 +188,34 @@ def workers_fixture(
 @pytest.fixture(name="client")
 def client_fixture(real_store: RedisStore) -> Client:
     return Client(real_store)
+
+
+def _skip_reason(report: pytest.TestReport) -> str:
+    longrepr = report.longrepr
+    reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+    return reason.removeprefix("Skipped: ")
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Outside CI, end a run that skipped tests with how many, why, and how to run them.
+
+    Without Redis, `bash scripts/test.sh` still exits 0 (a developer can work on
+    the rest), so this says loudly that the run was partial. In CI the same
+    tests fail instead of skipping (`need_real_redis`).
+    """
+    skipped = terminalreporter.stats.get("skipped", [])
+    if IN_CI or not skipped:
+        return
+    reasons = Counter(_skip_reason(report) for report in skipped)
+    tr = terminalreporter
+    tr.write_sep("!", f"{len(skipped)} tests SKIPPED: this run did not test everything", red=True)
+    for reason, count in reasons.most_common():
+        tr.write_line(f"{count:6d}  {reason}", yellow=True, bold=True)
+    if NO_REDIS in reasons or NO_REDIS_SERVER in reasons:
+        tr.write_line("To run them all, give the tests a Redis (CI uses 7.0):", bold=True)
+        tr.write_line("  - start Redis on 127.0.0.1:6379;")
+        tr.write_line("  - or put redis-server on your PATH (apt-get install redis-server):")
+        tr.write_line("    `bash scripts/test.sh` then starts one there, and the tests that need")
+        tr.write_line("    a server of their own can start it;")
+        tr.write_line("  - or point STEADYFLOW_TEST_REDIS at a Redis: redis://host:port/db.")
+    tr.write_sep("!", "in CI (CI=true) these tests fail instead of skipping", red=True)

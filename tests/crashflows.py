@@ -25,6 +25,7 @@ import attrs
 from sdk import current_step, flow, sleep, step
 
 ROOT = Path(__file__).resolve().parent.parent  # the worker runs here: `tests.crashflows` imports
+STEADYFLOW = str(Path(sys.executable).with_name("steadyflow"))  # the installed console script
 
 T = TypeVar("T")
 

@@ -13,8 +13,10 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 import pytest_asyncio
+import redis
 
 from examples import agent as agent_example
 from examples import checkout as checkout_example
@@ -26,6 +28,7 @@ from sdk.errors import InvalidTransition, RunCanceled, RunFailed
 from stores.redis import RedisStore
 from testing import FlowTestEnv
 from tests.conftest import PrivateRedis
+from tests.crashflows import STEADYFLOW
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -55,30 +58,52 @@ async def test_hello_runs_its_three_steps(flow_env: FlowTestEnv) -> None:
     assert await journal_keys(flow_env, "hello-ada") == {"compose#1", "punctuate#1", "sign#1"}
 
 
-async def _exec(*args: str, log: Path | None = None) -> asyncio.subprocess.Process:
-    """`python ARGS` from the repository root; output to `log`, else to pipes."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+async def _exec(
+    *args: str, log: Path | None = None, program: str = sys.executable, **env: str
+) -> asyncio.subprocess.Process:
+    """`program ARGS` (default `python ARGS`) from the repository root, with `env` added;
+    output to `log`, else to pipes."""
+    environ = {**os.environ, "PYTHONUNBUFFERED": "1", **env}
     if log is None:
         return await asyncio.create_subprocess_exec(
-            sys.executable, *args, cwd=ROOT, env=env,
+            program, *args, cwd=ROOT, env=environ,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip
     with log.open("wb") as out:
         return await asyncio.create_subprocess_exec(
-            sys.executable, *args, cwd=ROOT, env=env, stdout=out, stderr=asyncio.subprocess.STDOUT
+            program, *args, cwd=ROOT, env=environ, stdout=out, stderr=asyncio.subprocess.STDOUT
         )
 
 
-@pytest_asyncio.fixture(name="hello_worker")
+# How the end-to-end test configures its worker process and its client: the two
+# worker commands (one implementation), with flags, or with the environment alone.
+HELLO_SETUPS = {
+    "python-m-sdk.worker": ((sys.executable, "-m", "sdk.worker"), "flags"),
+    "steadyflow-worker": ((STEADYFLOW, "worker"), "flags"),
+    "steadyflow-worker-env": ((STEADYFLOW, "worker"), "env"),
+}
+
+
+@attrs.frozen
+class HelloSetup:
+    worker: asyncio.subprocess.Process
+    log: Path
+    flags: tuple[str, ...]  # --store/--prefix for the client, or none
+    env: dict[str, str]  # STEADYFLOW_STORE/STEADYFLOW_PREFIX for the client, or none
+
+
+@pytest_asyncio.fixture(name="hello_worker", params=list(HELLO_SETUPS))
 async def hello_worker_fixture(
-    redis_url: str, key_prefix: str, tmp_path: Path
-) -> AsyncIterator[tuple[asyncio.subprocess.Process, Path]]:
+    request: pytest.FixtureRequest, redis_url: str, key_prefix: str, tmp_path: Path
+) -> AsyncIterator[HelloSetup]:
+    (program, *command), how = HELLO_SETUPS[request.param]
+    flags: tuple[str, ...] = ("--store", redis_url, "--prefix", key_prefix)
+    env = {"STEADYFLOW_STORE": redis_url, "STEADYFLOW_PREFIX": key_prefix}
+    flags, env = (flags, {}) if how == "flags" else ((), env)
     log = tmp_path / "worker.log"
-    worker = await _exec(
-        "-m", "sdk.worker", "examples.hello", "--store", redis_url, "--prefix", key_prefix, log=log
-    )
+    worker = await _exec(*command, "examples.hello", *flags, log=log, program=program, **env)
     try:
-        yield worker, log
+        yield HelloSetup(worker, log, flags, env)
     finally:
         if worker.returncode is None:
             worker.kill()
@@ -88,14 +113,11 @@ async def hello_worker_fixture(
 @pytest.mark.redis
 @pytest.mark.slow
 async def test_hello_end_to_end_with_a_worker_process_on_real_redis(
-    redis_url: str,
-    key_prefix: str,
-    real_store: RedisStore,
-    hello_worker: tuple[asyncio.subprocess.Process, Path],
+    real_store: RedisStore, hello_worker: HelloSetup
 ) -> None:
-    worker, log = hello_worker
+    worker = hello_worker.worker
     starter = await _exec(
-        "-m", "examples.hello", "--store", redis_url, "--prefix", key_prefix, "--name", "Ada"
+        "-m", "examples.hello", *hello_worker.flags, "--name", "Ada", **hello_worker.env
     )
     out, err = await asyncio.wait_for(starter.communicate(), timeout=45)
     assert starter.returncode == 0, err.decode()
@@ -107,9 +129,32 @@ async def test_hello_end_to_end_with_a_worker_process_on_real_redis(
 
     worker.send_signal(signal.SIGTERM)
     assert await asyncio.wait_for(worker.wait(), timeout=30) == 0
-    text = log.read_text()
+    text = hello_worker.log.read_text()
     assert "SIGTERM received: stopping" in text
     assert "stopped" in text.splitlines()[-1]
+
+
+@pytest.mark.redis
+@pytest.mark.slow
+def test_the_demo_prints_the_greeting_and_leaves_no_key_behind(redis_url: str) -> None:
+    probe = redis.Redis.from_url(redis_url)
+    env = {**os.environ, "STEADYFLOW_STORE": redis_url, "STEADYFLOW_PREFIX": "not-the-demos"}
+    try:
+        for _ in range(2):  # a second run works the same and cleans up the same
+            done = subprocess.run(
+                ["bash", "scripts/demo.sh"], cwd=ROOT, env=env,
+                capture_output=True, text=True, timeout=60,
+            )  # fmt: skip
+            assert done.returncode == 0, done.stdout + done.stderr
+            assert "Hello, Steadyflow user! (from Steadyflow)\n" in done.stdout
+            assert "prefix sf-demo" in done.stdout  # its own prefix, whatever the environment says
+            assert re.search(
+                r"deleted the [1-9]\d* keys the demo wrote under sf-demo:", done.stdout
+            )
+            assert list(probe.scan_iter(match="sf-demo:*")) == []
+            assert list(probe.scan_iter(match="not-the-demos:*")) == []
+    finally:
+        probe.close()
 
 
 # -- checkout ------------------------------------------------------------------------
@@ -464,14 +509,13 @@ async def test_quickstart_works_end_to_end(private_redis: PrivateRedis, tmp_path
 
     with (tmp_path / "worker.log").open("wb") as log:
         worker = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "sdk.worker", "flows", cwd=tmp_path, env=env,
+            STEADYFLOW, "worker", "flows", cwd=tmp_path, env=env,
             stdout=log, stderr=asyncio.subprocess.STDOUT,
         )  # fmt: skip
     try:
         assert await python("start.py") == (0, "active\n", "")
-        code, _, err = await python("start.py")  # as the page says: the signal line fails
-        assert code == 1
-        assert "InvalidTransition" in err
+        # As the page says: start() returns the finished run, which is not signalled again.
+        assert await python("start.py") == (0, "onboard-ada has already finished: active\n", "")
     finally:
         worker.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(worker.wait(), timeout=30) == 0

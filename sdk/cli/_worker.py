@@ -1,0 +1,124 @@
+"""``steadyflow worker MODULE...`` (also ``python -m sdk.worker``): run a worker process.
+
+Imports the modules (their ``@flow`` definitions register), then serves runs
+until SIGTERM or SIGINT: it stops claiming, lets in-flight activations finish
+within the grace period and hands the rest back to the queue, and exits 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import os
+import signal
+import sys
+
+import click
+
+from sdk._worker import Worker
+from sdk.cli._options import CONTEXT_SETTINGS, EXIT_CODES, StoreOptions, store_options
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+@click.command("worker", context_settings=CONTEXT_SETTINGS, epilog=EXIT_CODES)
+@click.argument("modules", nargs=-1, required=True, metavar="MODULE...")
+@store_options
+@click.option(
+    "--concurrency",
+    metavar="N",
+    type=click.IntRange(min=1),
+    default=16,
+    show_default=True,
+    help="Activations executing at once in this process.",
+)
+@click.option(
+    "--lease-ttl",
+    metavar="SECONDS",
+    type=click.FloatRange(min=0, min_open=True),
+    default=30.0,
+    show_default=True,
+    help="Seconds a claimed run stays owned without a heartbeat.",
+)
+@click.option(
+    "--queues", metavar="A,B", default=None, help="Comma-separated queues to serve. [default: all]"
+)
+@click.option(
+    "--grace",
+    metavar="SECONDS",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Seconds a stopping worker lets in-flight activations finish. [default: the lease TTL]",
+)
+@click.option(
+    "--log-level", metavar="LEVEL", type=click.Choice(LOG_LEVELS, case_sensitive=False),
+    envvar="STEADYFLOW_LOG_LEVEL", show_envvar=True, default="INFO", show_default=True,
+    help="Log level; logs go to stderr.",
+)  # fmt: skip
+def worker(
+    modules: tuple[str, ...],
+    store: StoreOptions,
+    concurrency: int,
+    lease_ttl: float,
+    queues: str | None,
+    grace: float | None,
+    log_level: str,
+) -> None:
+    """Serve the flows that the MODULEs define, until SIGTERM or SIGINT.
+
+    The current directory is on the import path. Stopping lets in-flight
+    activations finish within the grace period and hands the rest back.
+    """
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    import_flow_modules(modules)
+    served = [q for q in queues.split(",") if q] if queues else None
+    asyncio.run(serve(store, concurrency, lease_ttl, served, grace))
+
+
+def import_flow_modules(modules: tuple[str, ...]) -> None:
+    """Import each module; one that does not exist is a clear error (exit 1).
+
+    An exception raised by the module's own code propagates with its
+    traceback: that is a bug to read, not a usage error.
+    """
+    if os.getcwd() not in sys.path:  # the console script's sys.path[0] is its bin/
+        sys.path.insert(0, os.getcwd())
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as e:
+            if e.name is None or not (module == e.name or module.startswith(e.name + ".")):
+                raise  # the module exists; something it imports does not
+            raise click.ClickException(
+                f"cannot import the flow module {module!r}: {e} "
+                f"(the current directory {os.getcwd()} is on the import path)"
+            ) from e
+
+
+async def serve(
+    options: StoreOptions,
+    concurrency: int,
+    lease_ttl: float,
+    queues: list[str] | None,
+    grace: float | None,
+) -> None:
+    """Run a worker until SIGTERM or SIGINT, then close the store."""
+    store = options.open()
+    worker = Worker(
+        store, concurrency=concurrency, lease_ttl=lease_ttl, queues=queues, grace_period=grace
+    )
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, _stop, worker, sig)
+    try:
+        await worker.run()
+    finally:
+        await store.close()
+
+
+def _stop(worker: Worker, sig: signal.Signals) -> None:
+    logging.getLogger("steadyflow.worker").info("%s received: stopping", sig.name)
+    asyncio.get_running_loop().create_task(worker.stop())

@@ -1,0 +1,60 @@
+"""A test run without Redis says so: outside CI it skips and ends with a loud summary;
+in CI it fails. Runs a small part of this suite in a pytest subprocess whose
+STEADYFLOW_TEST_REDIS points at a port where nothing listens."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import free_port
+from tests.crashflows import ROOT
+
+pytestmark = pytest.mark.slow
+
+# test_events.py: tests on the memory store, and tests parametrized over both stores.
+SELECTION = ("tests/test_events.py", "-k", "canonical or correlation or newest_events")
+
+
+def run_without_redis(*, ci: bool) -> subprocess.CompletedProcess[str]:
+    url = f"redis://127.0.0.1:{free_port()}/0"  # bound, then closed: nothing answers
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "PYTEST_ADDOPTS")}
+    env["STEADYFLOW_TEST_REDIS"] = url
+    if ci:
+        env["CI"] = "true"
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *SELECTION],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+def test_outside_ci_a_run_without_redis_passes_and_says_what_it_skipped() -> None:
+    done = run_without_redis(ci=False)
+    out = done.stdout
+
+    assert done.returncode == 0, out + done.stderr
+    summary = re.search(r"(\d+) passed, (\d+) skipped", out)
+    assert summary is not None, out
+    skipped = int(summary.group(2))
+    assert skipped >= 3  # the Redis halves of the parametrized tests, and the capped store
+    assert f"{skipped} tests SKIPPED: this run did not test everything" in out
+    assert re.search(rf"^\s+{skipped}  no Redis answers at redis://127\.0\.0\.1:\d+/0$", out, re.M)
+    assert "start Redis on 127.0.0.1:6379" in out
+    assert "or point STEADYFLOW_TEST_REDIS at a Redis" in out
+    # The summary comes before pytest's own closing line, which stays the last.
+    assert out.rstrip().splitlines()[-1].strip("= ").startswith(summary.group(0))
+
+
+def test_in_ci_a_run_without_redis_fails_and_prints_no_skip_summary() -> None:
+    done = run_without_redis(ci=True)
+    out = done.stdout
+
+    assert done.returncode == 1, out + done.stderr
+    assert "CI=true: real Redis is required" in out
+    assert "SKIPPED" not in out
+    assert re.search(r"\d+ passed, .*\d+ errors? in", out), out
+    assert "skipped" not in out.splitlines()[-1]
