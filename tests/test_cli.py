@@ -59,7 +59,10 @@ def test_worker_help_shows_every_option_with_its_default() -> None:
         (("worker", "examples.hello", "--concurrency", "0"), "0 is not in the range x>=1"),
         (("worker", "examples.hello", "--lease-ttl", "soon"), "'soon' is not a valid float"),
         (("worker", "examples.hello", "--log-level", "LOUD"), "'LOUD' is not one of"),
-        (("worker", "examples.hello", "--no-such-flag"), "No such option: --no-such-flag"),
+        (
+            ("worker", "examples.hello", "--no-such-flag"),
+            "--no-such-flag",
+        ),  # wording varies by click
     ],
     ids=["command", "modules", "concurrency", "lease-ttl", "log-level", "flag"],
 )
