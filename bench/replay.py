@@ -31,7 +31,7 @@ from sdk import Client, RunStatus, Worker
 from sdk._activation import Activation, Engine
 from sdk._clock import SystemClock
 from sdk._journal import Journal
-from sdk._registry import get_flow
+from sdk._registry import Registry
 
 __all__ = ["main", "measure"]
 
@@ -76,7 +76,7 @@ async def measure(
         journal_bytes = int(
             await store.client.memory_usage(store.keys.journal(handles[0].run_id)) or 0
         )
-        fd = get_flow("bench.replay_then_wait")
+        fd = Registry.default().flow("bench.replay_then_wait")
         timed = _TimedStore(store)
         engine = Engine(store=timed, clock=clock, owner="bench-replay")
         # Pass 1: the activation, phase by phase (as Worker._spawn does it).

@@ -19,9 +19,10 @@ again (after a crash, a deploy, a signal, a timer) skips what it already did.
 from sdk._client import Authorizer, Client, RunHandle
 from sdk._clock import Clock, SystemClock
 from sdk._context import RunContext, StepContext, current_run, current_step
+from sdk._flowdef import flow
 from sdk._outbox import Intent, IntentStatus, channel, emit
 from sdk._primitives import now, sleep, sleep_until, uuid4, wait_for
-from sdk._registry import flow
+from sdk._registry import Registry
 from sdk._retry import RetryPolicy
 from sdk._step import step
 from sdk._types import (
@@ -52,6 +53,7 @@ __all__ = [
     "Intent",
     "IntentStatus",
     "Reason",
+    "Registry",
     "RetryPolicy",
     "RunContext",
     "RunHandle",

@@ -45,18 +45,25 @@ from sdk import _steprun
 from sdk._aio import FlowLoop, FlowTask, interested
 from sdk._clock import Clock
 from sdk._context import RunContext, _run_var
+from sdk._flowdef import RESULT_GRACE
 from sdk._intercept import Abandon, Interceptor
 from sdk._journal import Journal, Kind, Record, State, StepEvent
 from sdk._ops import STEP_TAG, NowOp, Op, Outcome, SleepOp, StepOp, TimerOp, UuidOp, ValueOp, WaitOp
-from sdk._registry import RESULT_GRACE
+from sdk._registry import same_function
 from sdk._retry import RetryPolicy
 from sdk._serde import converter, dumps, encode_value, loads, type_path
 from sdk._types import ErrorInfo, Reason, RunStatus
-from sdk.errors import FlowBlocked, LeaseLost, NonDeterminismError, SerializationError
+from sdk.errors import (
+    FlowBlocked,
+    LeaseLost,
+    NonDeterminismError,
+    RegistryConflict,
+    SerializationError,
+)
 
 if TYPE_CHECKING:
+    from sdk._flowdef import FlowDef
     from sdk._outbox import NewIntent
-    from sdk._registry import FlowDef
     from sdk._step import StepSpec
     from stores._protocol import Store, StoredRun
 
@@ -159,6 +166,7 @@ class Activation:
         self.fatal: NonDeterminismError | None = None
         self._pos = 0
         self._counts: dict[str, int] = {}
+        self._specs: dict[str, StepSpec] = {}  # step name -> the step using it in this run
         self._ops: dict[int, Op] = {}  # calls made and not delivered yet, by position
         self._asap: list[Op] = []  # format-1 outcomes: delivered as soon as called
         self._new: list[Op] = []  # calls to start at the live frontier
@@ -208,6 +216,14 @@ class Activation:
         self, spec: StepSpec, fn: Callable[..., Any], args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> Coroutine[Any, Any, Any]:  # fmt: skip
+        known = self._specs.setdefault(spec.name, spec)
+        if known is not spec and not same_function(known.fn, spec.fn):
+            raise RegistryConflict(
+                f"run {self.run_id!r}: flow {self.flow.name!r} calls two different steps named "
+                f"{spec.name!r} ({known.fn.__module__}.{known.fn.__qualname__} and "
+                f"{spec.fn.__module__}.{spec.fn.__qualname__}); their journal keys would mix. "
+                "Give one of them another name: @step(name=...)"
+            )
         key, pos = self.alloc(spec.name)
         return self._await(StepOp(key, pos, spec=spec, fn=fn, args=args, kwargs=kwargs))
 

@@ -11,9 +11,10 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sdk._clock import Clock, SystemClock
+from sdk._flowdef import FlowDef
 from sdk._journal import Kind, Record, State
 from sdk._outbox import Intent, IntentStatus
-from sdk._registry import FlowDef, flow_def_of, registered_flows
+from sdk._registry import Registry, flow_def_of
 from sdk._retry import RetryPolicy
 from sdk._serde import converter, decode_value, dumps, encode_value, loads
 from sdk._types import (
@@ -118,6 +119,8 @@ class Client:
         store: where runs live (see `stores.open_store`).
         authorizer: optional `Authorizer`; with one, privileged calls need an actor.
         clock: injected clock (tests pass a `FakeClock`).
+        registry: where flow names are looked up, to encode a start's arguments
+            and rebuild results into their types (default: `Registry.default()`).
 
     Example::
 
@@ -127,11 +130,17 @@ class Client:
     """
 
     def __init__(
-        self, store: Store, authorizer: Authorizer | None = None, *, clock: Clock | None = None
+        self,
+        store: Store,
+        authorizer: Authorizer | None = None,
+        *,
+        clock: Clock | None = None,
+        registry: Registry | None = None,
     ) -> None:
         self.store = store
         self.authorizer = authorizer
         self.clock: Clock = clock or SystemClock()
+        self.registry = registry if registry is not None else Registry.default()
 
     # -- starting -----------------------------------------------------------
 
@@ -205,10 +214,9 @@ class Client:
         )  # fmt: skip
         return RunHandle(self, run_id)
 
-    @staticmethod
-    def _flow_def(flow: Callable[..., Any] | str) -> FlowDef | str:
+    def _flow_def(self, flow: Callable[..., Any] | str) -> FlowDef | str:
         if isinstance(flow, str):
-            return registered_flows().get(_check_id(flow, "flow name"), flow)
+            return self.registry.find_flow(_check_id(flow, "flow name")) or flow
         fd = flow_def_of(flow)
         if fd is None:
             raise TypeError(f"{flow!r} is not a @flow function or a flow name")
@@ -255,7 +263,7 @@ class Client:
             return rec
 
     def _result_value(self, stored: StoredRun) -> Any:
-        fd = registered_flows().get(stored.record.flow)
+        fd = self.registry.find_flow(stored.record.flow)
         declared = fd.return_type() if fd is not None else None
         return decode_value(
             stored.record.result, declared, stored.result_type,
@@ -561,7 +569,7 @@ class Client:
             run_opts, source_run_id=run_id, source_checkpoint_id=str(wanted),
             root_run_id=rec.root_run_id or run_id,
             retry=retry.to_json() if retry is not None else source.run.retry,
-            retention=fd.retention if (fd := registered_flows().get(rec.flow)) else None,
+            retention=fd.retention if (fd := self.registry.find_flow(rec.flow)) else None,
         )  # fmt: skip
         event = {
             "source_run_id": run_id, "source_checkpoint_id": str(wanted), "actor": actor,

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import attrs
 
 from sdk._context import _OUTSIDE, _run_var, _step_var
+from sdk._registry import Registry
 from sdk._retry import RetryPolicy
 from sdk._serde import dumps, encode_value
 from sdk._types import ErrorInfo
@@ -32,7 +33,6 @@ __all__ = [
     "NewIntent",
     "channel",
     "emit",
-    "registered_channels",
 ]
 
 _MAX_NAME = 256
@@ -117,9 +117,6 @@ class ChannelDef:
     retry: RetryPolicy
 
 
-_CHANNELS: dict[str, ChannelDef] = {}
-
-
 def _check_name(value: Any, what: str) -> str:
     if not isinstance(value, str) or not value or len(value) > _MAX_NAME:
         raise ValueError(
@@ -183,7 +180,9 @@ def emit(channel: str, payload: Any = None, *, key: str | None = None) -> str:
     return idem
 
 
-def channel(name: str, *, retry: RetryPolicy | None = None) -> Callable[[H], H]:
+def channel(
+    name: str, *, retry: RetryPolicy | None = None, registry: Registry | None = None
+) -> Callable[[H], H]:
     """Register the handler that delivers the intents of channel `name`.
 
     Workers of this process dispatch the channel's intents to it (see `Worker`):
@@ -191,8 +190,9 @@ def channel(name: str, *, retry: RetryPolicy | None = None) -> Callable[[H], H]:
     a repeated delivery has no second effect. Returning means delivered; an
     exception is a failed delivery, retried under `retry` (default 10
     deliveries, 1 s doubling to 5 minutes); after the last one, or on one of
-    its ``non_retryable`` types, the intent is ``dead``. Registering a name
-    again replaces the handler.
+    its ``non_retryable`` types, the intent is ``dead``. The handler is
+    registered in `registry` (default: `Registry.default()`); another function
+    under the same channel name raises `RegistryConflict`.
 
     Example::
 
@@ -210,18 +210,8 @@ def channel(name: str, *, retry: RetryPolicy | None = None) -> Callable[[H], H]:
         if not inspect.iscoroutinefunction(handler):
             raise TypeError(f"channel {name!r}: the handler must be an async function")
         cdef = ChannelDef(name, handler, policy)
+        (registry or Registry.default()).add_channel(cdef)
         handler.__steadyflow_channel__ = cdef
-        _CHANNELS[name] = cdef
         return fn
 
     return register
-
-
-def channel_def_of(fn: Any) -> ChannelDef | None:
-    found = getattr(fn, "__steadyflow_channel__", None)
-    return found if isinstance(found, ChannelDef) else None
-
-
-def registered_channels() -> dict[str, ChannelDef]:
-    """Every channel registered in this process (a copy)."""
-    return dict(_CHANNELS)

@@ -1,267 +1,147 @@
-"""The process-wide registry of flow *definitions* (never of runtime state)."""
+"""Registries: the flow definitions and outbox channels a process knows, by name.
+
+`@flow` and `@channel` register in the process's default registry
+(`Registry.default()`) unless given another. A `Worker`, `Client` or
+`FlowTestEnv` uses the default registry unless it is given its own, so a test
+can build an isolated one::
+
+    registry = Registry(checkout, send_email)   # flows and channels, decorated elsewhere
+    async with FlowTestEnv(registry=registry) as env:
+        ...
+
+A name is an identity in the journal and in every stored run, so registering
+a *different* function under a name already taken raises `RegistryConflict`;
+registering the same definition again (its module imported again, a reload)
+replaces the entry.
+"""
 
 from __future__ import annotations
 
-import inspect
-import json
-import math
-from collections.abc import Callable, Coroutine
-from datetime import timedelta
-from typing import Any, ParamSpec, TypeVar, overload
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import attrs
-import wrapt
+from sdk.errors import FlowNotFound, RegistryConflict
 
-from sdk._retry import RetryPolicy
-from sdk._serde import decode_value, dumps, encode_value, loads, return_type
-from sdk.errors import FlowNotFound
+if TYPE_CHECKING:
+    from sdk._flowdef import FlowDef
+    from sdk._outbox import ChannelDef
 
-__all__ = ["RESERVED_OPTIONS", "RESULT_GRACE", "FlowDef", "flow", "get_flow", "registered_flows"]
-
-P = ParamSpec("P")
-R = TypeVar("R")
-
-#: Keyword names `Client.start` takes for itself; a flow parameter may not use them.
-RESERVED_OPTIONS = frozenset({"run_id", "priority", "queue", "tenant_id", "options"})
-
-#: Seconds a run deleted on success (``@flow(delete_on_success=True)``) keeps a
-#: tombstone (its record without arguments) and its done notice, so that
-#: `RunHandle.result()` still returns its result; measured on the worker's clock.
-RESULT_GRACE = 300.0
-
-_REGISTRY: dict[str, FlowDef] = {}
-
-
-@attrs.define(eq=False)
-class FlowDef:
-    """A registered flow."""
-
-    name: str
-    fn: Callable[..., Coroutine[Any, Any, Any]]
-    version: str | None
-    retry: RetryPolicy | None
-    queue: str
-    signature: inspect.Signature
-    optional_checkpoints: bool = False
-    delete_on_success: bool = False
-    retention: float | None = None  # seconds a completed or canceled run is kept
-    _hints: dict[str, Any] | None = None
-    _rtype: Any = attrs.field(default=None)
-    _rtype_done: bool = False
-
-    def param_types(self) -> dict[str, Any]:
-        if self._hints is None:
-            import typing
-
-            try:
-                self._hints = typing.get_type_hints(self.fn)
-            except Exception:
-                self._hints = {}
-        return self._hints
-
-    def _annotation(self, index: int | None, name: str | None) -> tuple[str, Any]:
-        """(parameter name, annotation) for a positional index or a keyword name."""
-        params = list(self.signature.parameters.values())
-        hints = self.param_types()
-        found: inspect.Parameter | None = None
-        if index is not None:
-            positional = [
-                p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-            ]
-            if index < len(positional):
-                found = positional[index]
-            else:
-                found = next((p for p in params if p.kind is p.VAR_POSITIONAL), None)
-        else:
-            found = self.signature.parameters.get(name or "")
-            if found is None or found.kind is found.VAR_POSITIONAL:
-                found = next((p for p in params if p.kind is p.VAR_KEYWORD), None)
-        if found is None:
-            return str(index if name is None else name), None
-        return found.name, hints.get(found.name)
-
-    def encode_args(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
-        """JSON text of a call's arguments; `TypeError` if they do not fit the signature."""
-        try:
-            self.signature.bind(*args, **kwargs)
-        except TypeError as exc:
-            raise TypeError(f"flow {self.name!r}: {exc}") from None
-        types: dict[str, str] = {}
-        enc_args = []
-        for i, value in enumerate(args):
-            pname, ann = self._annotation(i, None)
-            data, tpath = encode_value(value, ann, f"flow {self.name!r} argument {pname!r}")
-            enc_args.append(data)
-            if tpath:
-                types[str(i)] = tpath
-        enc_kwargs = {}
-        for key, value in kwargs.items():
-            pname, ann = self._annotation(None, key)
-            data, tpath = encode_value(value, ann, f"flow {self.name!r} argument {key!r}")
-            enc_kwargs[key] = data
-            if tpath:
-                types[key] = tpath
-        return dumps({"args": enc_args, "kwargs": enc_kwargs, "types": types})
-
-    def call_identity(self, args_json: str) -> str:
-        """What makes two starts the same call: arguments by parameter name.
-
-        ``start(f, 1, b=2)`` and ``start(f, a=1, b=2)`` are the same call;
-        keyword order does not matter. Defaults are not filled in.
-        """
-        raw = loads(args_json)
-        named: dict[str, Any] = {}
-        extra = []
-        for i, data in enumerate(raw.get("args", [])):
-            pname, _ = self._annotation(i, None)
-            param = self.signature.parameters.get(pname)
-            if param is not None and param.kind is param.POSITIONAL_OR_KEYWORD:
-                named[pname] = data
-            else:
-                extra.append(data)
-        named.update(raw.get("kwargs", {}))
-        return json.dumps(
-            {"args": extra, "kwargs": named, "types": raw.get("types", {})},
-            sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-        )  # fmt: skip
-
-    def decode_args(self, text: str) -> tuple[list[Any], dict[str, Any]]:
-        """Rebuild the arguments `encode_args` stored."""
-        raw = loads(text)
-        types = raw.get("types", {})
-        args = []
-        for i, data in enumerate(raw.get("args", [])):
-            pname, ann = self._annotation(i, None)
-            what = f"flow {self.name!r} argument {pname!r}"
-            args.append(decode_value(data, ann, types.get(str(i)), what))
-        kwargs = {}
-        for key, data in raw.get("kwargs", {}).items():
-            _, ann = self._annotation(None, key)
-            what = f"flow {self.name!r} argument {key!r}"
-            kwargs[key] = decode_value(data, ann, types.get(key), what)
-        return args, kwargs
-
-    def return_type(self) -> Any:
-        if not self._rtype_done:
-            self._rtype = return_type(self.fn)
-            self._rtype_done = True
-        return self._rtype
-
-
-def _retention(fname: str, value: float | timedelta | None) -> float | None:
-    if value is None:
-        return None
-    secs = value.total_seconds() if isinstance(value, timedelta) else value
-    if isinstance(secs, bool) or not isinstance(secs, (int, float)):
-        raise TypeError(f"flow {fname!r}: retention must be seconds or a timedelta, got {value!r}")
-    if not math.isfinite(secs) or secs < 0:
-        raise ValueError(f"flow {fname!r}: retention must be >= 0 seconds, got {value!r}")
-    return float(secs)
-
-
-def registered_flows() -> dict[str, FlowDef]:
-    """A snapshot of every registered flow, by name."""
-    return dict(_REGISTRY)
-
-
-def get_flow(name: str) -> FlowDef:
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise FlowNotFound(
-            f"no flow named {name!r} is registered in this process; import the module "
-            "that defines it (python -m sdk.worker MODULE ...)"
-        ) from None
+__all__ = ["Registry", "channel_def_of", "flow_def_of", "same_function"]
 
 
 def flow_def_of(obj: Any) -> FlowDef | None:
     """The `FlowDef` behind a decorated flow function, if it is one."""
+    from sdk._flowdef import FlowDef
+
     fd = getattr(obj, "__steadyflow_flow__", None)
     return fd if isinstance(fd, FlowDef) else None
 
 
-@overload
-def flow(fn: Callable[P, Coroutine[Any, Any, R]], /) -> Callable[P, Coroutine[Any, Any, R]]: ...
-@overload
-def flow(
-    *,
-    name: str | None = None,
-    version: str | None = None,
-    retry: RetryPolicy | None = None,
-    queue: str = "default",
-    optional_checkpoints: bool = False,
-    delete_on_success: bool = False,
-    retention: float | timedelta | None = None,
-) -> Callable[[Callable[P, Coroutine[Any, Any, R]]], Callable[P, Coroutine[Any, Any, R]]]: ...
+def channel_def_of(obj: Any) -> ChannelDef | None:
+    """The `ChannelDef` behind a `channel` handler, if it is one."""
+    from sdk._outbox import ChannelDef
+
+    cdef = getattr(obj, "__steadyflow_channel__", None)
+    return cdef if isinstance(cdef, ChannelDef) else None
 
 
-def flow(
-    fn: Any = None,
-    /,
-    *,
-    name: str | None = None,
-    version: str | None = None,
-    retry: RetryPolicy | None = None,
-    queue: str = "default",
-    optional_checkpoints: bool = False,
-    delete_on_success: bool = False,
-    retention: float | timedelta | None = None,
-) -> Any:
-    """Declare a durable flow: an ``async def`` whose steps and waits are journaled.
+def same_function(a: Callable[..., Any], b: Callable[..., Any]) -> bool:
+    """The same definition: the same object, or one defined at the same place again."""
+    if a is b:
+        return True
+    where = (getattr(a, "__module__", None), getattr(a, "__qualname__", None))
+    return where == (getattr(b, "__module__", None), getattr(b, "__qualname__", None))
+
+
+def _where(fn: Callable[..., Any]) -> str:
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+
+
+class Registry:
+    """Flow definitions and outbox channels, by name.
 
     Args:
-        name: registry name; default ``f"{module}.{qualname}"``.
-        version: recorded on every run.
-        retry: default `RetryPolicy` for the flow's steps (none: run once).
-        queue: the queue its runs go to unless `Client.start` says otherwise.
-        optional_checkpoints: also checkpoint (and log) when each step starts and
-            when a retry is scheduled; costs one round trip per step.
-        delete_on_success: delete a run's data as it completes (in the same
-            script). Only a tombstone with its result stays for `RESULT_GRACE`
-            seconds, so `RunHandle.result()` still returns; `Client.get` raises
-            `RunNotFound` at once. Failed and canceled runs are kept.
-        retention: keep completed and canceled runs this long (seconds or a
-            `timedelta`) after they finish, then a worker deletes them. Default:
-            kept until `Client.delete`. Failed runs are always kept.
-
-    Example::
-
-        @flow
-        async def greet(name: str) -> str:
-            return await shout(name)
-
-    Called directly (outside a worker) a flow is the plain function; start it
-    with `Client.start` to make it durable.
+        definitions: decorated flows (`flow`) and channel handlers (`channel`)
+            to add, as with `add`.
     """
 
-    def decorate(fn: Callable[..., Coroutine[Any, Any, Any]]) -> Any:
-        if not inspect.iscoroutinefunction(fn):
-            raise TypeError(f"@flow needs an async def; {fn.__qualname__} is not one")
-        fname = name or f"{fn.__module__}.{fn.__qualname__}"
-        if not isinstance(queue, str) or not queue:
-            raise ValueError(f"flow {fname!r}: queue must be a non-empty string")
-        sig = inspect.signature(fn)
-        clash = RESERVED_OPTIONS.intersection(sig.parameters)
-        if clash:
-            raise TypeError(
-                f"flow {fname!r}: parameter name(s) {sorted(clash)} are reserved for "
-                "Client.start options; rename them"
+    _default: ClassVar[Registry | None] = None
+
+    def __init__(self, *definitions: Callable[..., Any]) -> None:
+        self._flows: dict[str, FlowDef] = {}
+        self._channels: dict[str, ChannelDef] = {}
+        self.add(*definitions)
+
+    @classmethod
+    def default(cls) -> Registry:
+        """The process's registry: where `@flow` and `@channel` register by default."""
+        if cls._default is None:
+            cls._default = cls()
+        return cls._default
+
+    def __repr__(self) -> str:
+        return f"Registry(flows={sorted(self._flows)}, channels={sorted(self._channels)})"
+
+    def add(self, *definitions: Callable[..., Any]) -> None:
+        """Add decorated flows and channel handlers (already registered elsewhere, too).
+
+        Raises:
+            TypeError: something that is neither a `flow` nor a `channel` handler.
+            RegistryConflict: a name taken by a different function.
+        """
+        for obj in definitions:
+            fd = flow_def_of(obj)
+            cdef = channel_def_of(obj) if fd is None else None
+            if fd is not None:
+                self.add_flow(fd)
+            elif cdef is not None:
+                self.add_channel(cdef)
+            else:
+                raise TypeError(f"{obj!r} is neither a @flow function nor a @channel handler")
+
+    def add_flow(self, fd: FlowDef) -> None:
+        """Register a flow definition under its name."""
+        known = self._flows.get(fd.name)
+        if known is not None and not same_function(known.fn, fd.fn):
+            raise RegistryConflict(
+                f"flow name {fd.name!r} is already registered by {_where(known.fn)}; "
+                f"{_where(fd.fn)} cannot take it (stored runs name their flow). Give one "
+                "of them another name: @flow(name=...)"
             )
-        keep = _retention(fname, retention)
-        fd = FlowDef(
-            fname, fn, version, retry, queue, sig, optional_checkpoints,
-            bool(delete_on_success), keep,
-        )  # fmt: skip
+        self._flows[fd.name] = fd
 
-        @wrapt.decorator
-        def passthrough(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-            return wrapped(*args, **kwargs)
+    def add_channel(self, cdef: ChannelDef) -> None:
+        """Register an outbox channel handler under its channel name."""
+        known = self._channels.get(cdef.name)
+        if known is not None and not same_function(known.handler, cdef.handler):
+            raise RegistryConflict(
+                f"outbox channel {cdef.name!r} is already handled by {_where(known.handler)}; "
+                f"{_where(cdef.handler)} cannot take it over (one handler per channel)"
+            )
+        self._channels[cdef.name] = cdef
 
-        wrapper: Any = passthrough(fn)
-        wrapper.__steadyflow_flow__ = fd
-        _REGISTRY[fname] = fd
-        return wrapper
+    def flows(self) -> dict[str, FlowDef]:
+        """A snapshot of the registered flows, by name."""
+        return dict(self._flows)
 
-    if fn is not None:
-        return decorate(fn)
-    return decorate
+    def find_flow(self, name: str) -> FlowDef | None:
+        """The flow registered under `name`, or None."""
+        return self._flows.get(name)
+
+    def flow(self, name: str) -> FlowDef:
+        """The flow registered under `name`.
+
+        Raises:
+            FlowNotFound: none is.
+        """
+        fd = self._flows.get(name)
+        if fd is None:
+            raise FlowNotFound(
+                f"no flow named {name!r} is registered; import the module that defines it "
+                "(steadyflow worker MODULE ...), or add it to this registry"
+            )
+        return fd
+
+    def channels(self) -> dict[str, ChannelDef]:
+        """A snapshot of the registered outbox channels, by name."""
+        return dict(self._channels)

@@ -15,10 +15,11 @@ from typing import TYPE_CHECKING, Any
 from sdk._activation import Activation, Engine
 from sdk._clock import Clock, SystemClock
 from sdk._dispatch import Dispatcher
+from sdk._flowdef import FlowDef
 from sdk._intercept import Interceptor
 from sdk._journal import Journal
-from sdk._outbox import ChannelDef, channel_def_of, registered_channels
-from sdk._registry import FlowDef, flow_def_of, registered_flows
+from sdk._outbox import ChannelDef
+from sdk._registry import Registry, channel_def_of, flow_def_of
 from sdk._serde import converter, dumps
 from sdk._types import ErrorInfo, Reason
 from sdk.errors import LeaseLost
@@ -38,9 +39,9 @@ class Worker:
 
     Args:
         store: the store (see `stores.open_store`).
-        flows: the flows to serve (functions or names); default every flow registered
-            in this process (at each poll). A worker claims only runs of flows it
-            serves: others stay queued for a worker that serves them.
+        flows: the flows to serve (functions, or names in `registry`); default every
+            flow of `registry` (looked up at each poll). A worker claims only runs of
+            flows it serves: others stay queued for a worker that serves them.
         concurrency: activations executing at once.
         clock: injected clock (tests pass a `FakeClock`).
         lease_ttl: seconds a claimed run stays owned without a heartbeat.
@@ -53,8 +54,10 @@ class Worker:
             in the activation; longer ones park the run on a durable timer.
         name: the lease owner's name (default ``host:pid:random``).
         channels: the outbox channels to deliver (names or `channel` handlers);
-            default every channel registered in this process. The worker's
-            dispatcher delivers their intents, up to `concurrency` at once.
+            default every channel of `registry`. The worker's dispatcher
+            delivers their intents, up to `concurrency` at once.
+        registry: where flow and channel names are looked up (default:
+            `Registry.default()`, where `@flow` and `@channel` register).
         interceptors: hooks around each step attempt (`sdk._intercept.Interceptor`);
             the test kit's crash injection is one.
 
@@ -79,6 +82,7 @@ class Worker:
         name: str | None = None,
         channels: Iterable[Callable[..., Any] | str] | None = None,
         interceptors: Sequence[Interceptor] = (),
+        registry: Registry | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
@@ -92,6 +96,9 @@ class Worker:
         self.max_recoveries = max_recoveries
         self.grace_period = lease_ttl if grace_period is None else grace_period
         self.owner = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.registry = registry if registry is not None else Registry.default()
+        # flows given as functions are served as given; names are looked up in the registry
+        self._given: dict[str, FlowDef] = {}
         self._flows = None if flows is None else [self._resolve(f) for f in flows]
         self.engine = Engine(
             store=store,
@@ -119,13 +126,13 @@ class Worker:
             )
         )
 
-    @staticmethod
-    def _resolve(f: Callable[..., Any] | str) -> str:
+    def _resolve(self, f: Callable[..., Any] | str) -> str:
         if isinstance(f, str):
             return f
         fd = flow_def_of(f)
         if fd is None:
             raise TypeError(f"{f!r} is not a @flow function")
+        self._given[fd.name] = fd
         return fd.name
 
     @staticmethod
@@ -139,7 +146,7 @@ class Worker:
 
     def _served_channels(self) -> dict[str, ChannelDef]:
         """Channels whose intents this worker delivers (names resolved at each poll)."""
-        registered = registered_channels()
+        registered = self.registry.channels()
         if self._channels is None:
             return registered
         out: dict[str, ChannelDef] = {}
@@ -154,12 +161,12 @@ class Worker:
         """Flow names this worker runs; runs of other flows stay queued for others."""
         if self._flows is not None:
             return self._flows
-        return list(registered_flows())
+        return list(self.registry.flows())
 
     def _flow(self, name: str) -> FlowDef | None:
         if self._flows is not None and name not in self._flows:
             return None
-        return registered_flows().get(name)
+        return self._given.get(name) or self.registry.find_flow(name)
 
     # -- one pass ------------------------------------------------------------------
 

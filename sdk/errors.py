@@ -8,6 +8,7 @@ The tree::
     ├── InvalidTransition        a lifecycle move the transition table forbids
     ├── RunNotFound              (also LookupError) no run with that id
     ├── FlowNotFound             (also LookupError) no flow registered under that name
+    ├── RegistryConflict         (also ValueError) a name taken by a different flow or channel
     ├── SerializationError       (also TypeError) a value the journal cannot hold
     ├── WaitTimeout              (also TimeoutError) a wait_for deadline passed
     ├── LeaseLost                another worker owns the run now; this one must not write
@@ -44,6 +45,7 @@ __all__ = [
     "NotInRunError",
     "NotInStepError",
     "NotWaiting",
+    "RegistryConflict",
     "RunCanceled",
     "RunFailed",
     "RunNotFound",
@@ -130,6 +132,14 @@ class RunNotFound(SteadyflowError, LookupError):
 
 class FlowNotFound(SteadyflowError, LookupError):
     """No flow is registered under this name in this process."""
+
+
+class RegistryConflict(SteadyflowError, ValueError):
+    """A flow, step or channel name is already taken by a different function.
+
+    Names are identities in journals and stored runs; giving one name to two
+    functions would hand one's recorded results to the other.
+    """
 
 
 class SerializationError(SteadyflowError, TypeError):

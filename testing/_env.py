@@ -7,6 +7,7 @@ from datetime import timedelta
 from typing import Any, Literal
 
 from sdk._client import Client, RunHandle
+from sdk._registry import Registry
 from sdk._worker import Worker
 from stores._protocol import Store
 from testing._clock import FakeClock
@@ -19,11 +20,14 @@ class FlowTestEnv:
     """Run flows in a test: memory store, fake clock, in-process worker.
 
     The worker also delivers outbox intents (`sdk.emit`) to `channels` (default:
-    every `sdk.channel` handler registered in the process); `run_until_idle`
-    and `advance` deliver what is due, failed deliveries retry on `advance`.
+    every `sdk.channel` handler of the registry); `run_until_idle` and
+    `advance` deliver what is due, failed deliveries retry on `advance`.
 
     Every env has its own store (a fresh ``memory://`` unless one is given), so
-    two envs in one process never see each other's runs.
+    two envs in one process never see each other's runs. Flows and channels
+    are looked up in `registry` (default: `sdk.Registry.default()`, where
+    ``@flow`` and ``@channel`` register); give an env a `Registry` of its own to
+    isolate a test from the other definitions of the process.
 
     Example::
 
@@ -43,8 +47,10 @@ class FlowTestEnv:
         concurrency: int = 16,
         flows: list[Callable[..., Any] | str] | None = None,
         channels: list[Callable[..., Any] | str] | None = None,
+        registry: Registry | None = None,
     ) -> None:
         self.clock = clock or FakeClock()
+        self.registry = registry
         self._own_store = store is None
         self._store = store
         self._lease_ttl = lease_ttl
@@ -64,7 +70,7 @@ class FlowTestEnv:
         if not self.clock.started:
             self.clock.start()
             self._started_clock = True
-        self._client = Client(self._store, clock=self.clock)
+        self._client = Client(self._store, clock=self.clock, registry=self.registry)
         # Every retry backoff becomes a durable timer, driven by advance().
         self._worker = Worker(
             self._store,
@@ -76,6 +82,7 @@ class FlowTestEnv:
             name="flow-test-env",
             channels=self._channels,
             interceptors=[self._crashes],
+            registry=self.registry,
         )
         return self
 

@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-import sdk._outbox
 from sdk import (
     Intent,
     IntentStatus,
+    Registry,
     RetryPolicy,
     RunStatus,
     Worker,
@@ -44,8 +44,12 @@ class Permanent(Exception):
 
 @pytest.fixture(autouse=True)
 def own_channel_registry(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    # Each test registers its own handlers; none leaks into other tests' workers.
-    monkeypatch.setattr(sdk._outbox, "_CHANNELS", {})
+    # Each test registers its own handlers (in a default registry of its own that
+    # knows the process's flows); none leaks into other tests' workers.
+    fresh = Registry()
+    for fd in Registry.default().flows().values():
+        fresh.add_flow(fd)
+    monkeypatch.setattr(Registry, "_default", fresh)
     yield
 
 

@@ -19,6 +19,8 @@ DOCUMENTED_SDK = {
     "CheckpointKind", "EventType", "RunOptions", "Versions",
     # docs/outbox.md: the outbox
     "emit", "channel", "Intent", "IntentStatus",
+    # docs/api.md "Registries": flow and channel definitions as objects
+    "Registry",
 }  # fmt: skip
 
 

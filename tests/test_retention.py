@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from sdk import Client, Decision, RunRecord, RunStatus, flow, step, wait_for
-from sdk._registry import RESULT_GRACE
+from sdk._flowdef import RESULT_GRACE
 from sdk.errors import Forbidden, InvalidTransition, RunFailed, RunNotFound
 from stores._keys import RUN_SUFFIXES, SHARED_SUFFIXES, SUFFIX
 from stores.redis import RedisStore
