@@ -38,6 +38,7 @@ from sdk._types import (
     RunStatus,
     Versions,
 )
+from sdk._values import Serializer
 from sdk._worker import Worker
 
 __all__ = [
@@ -60,6 +61,7 @@ __all__ = [
     "RunOptions",
     "RunRecord",
     "RunStatus",
+    "Serializer",
     "StepContext",
     "SystemClock",
     "Versions",

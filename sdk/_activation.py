@@ -51,8 +51,9 @@ from sdk._journal import Journal, Kind, Record, State, StepEvent
 from sdk._ops import STEP_TAG, NowOp, Op, Outcome, SleepOp, StepOp, TimerOp, UuidOp, ValueOp, WaitOp
 from sdk._registry import same_function
 from sdk._retry import RetryPolicy
-from sdk._serde import converter, dumps, encode_value, loads, type_path
+from sdk._serde import converter, dumps, loads, type_path
 from sdk._types import ErrorInfo, Reason, RunStatus
+from sdk._values import Serializer
 from sdk.errors import (
     FlowBlocked,
     LeaseLost,
@@ -97,6 +98,7 @@ class Engine:
     owner: str
     inline_backoff_max: float = 1.0
     interceptors: list[Interceptor] = attrs.field(factory=list)
+    serializer: Serializer = attrs.field(factory=Serializer.default)
 
 
 @attrs.define(eq=False)
@@ -142,6 +144,7 @@ class Activation:
         self.engine = engine
         self.store = engine.store
         self.clock = engine.clock
+        self.serializer = engine.serializer
         self.stored = stored
         self.run_id = stored.record.run_id
         self.fence = stored.fence
@@ -341,7 +344,7 @@ class Activation:
         self._report()
 
     async def _flow_main(self) -> Any:
-        args, kwargs = self.flow.decode_args(self.stored.args)
+        args, kwargs = self.flow.decode_args(self.stored.args, self.serializer)
         return await self.flow.fn(*args, **kwargs)
 
     async def _drive(self) -> None:
@@ -380,7 +383,7 @@ class Activation:
         if self._asap:
             ops, self._asap = sorted(self._asap, key=_pos), []
             for op in ops:
-                self._deliver(op, op.outcome(op.delivery))  # type: ignore[arg-type]
+                self._deliver(op, op.outcome(op.delivery, self.serializer))  # type: ignore[arg-type]
             self.loop.run_ready()
             return True
         later = [r for r in self.journal.rounds if r > self.round]
@@ -404,7 +407,7 @@ class Activation:
             op = self._ops[p]
             rec = op.delivery
             if rec is not None:
-                self._deliver(op, op.outcome(rec))
+                self._deliver(op, op.outcome(rec, self.serializer))
         self.loop.run_ready()
         return True
 
@@ -823,7 +826,7 @@ class Activation:
             await self._finish_failed(type(err), str(err), None, Reason.NON_DETERMINISM)
             return
         try:
-            data, tpath = encode_value(
+            data, tpath = self.serializer.encode(
                 main.result(), self.flow.return_type(), f"result of flow {self.flow.name!r}"
             )
         except SerializationError as exc:

@@ -10,13 +10,15 @@ from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
+import cattrs
+
 from sdk._clock import Clock, SystemClock
 from sdk._flowdef import FlowDef
 from sdk._journal import Kind, Record, State
 from sdk._outbox import Intent, IntentStatus
 from sdk._registry import Registry, flow_def_of
 from sdk._retry import RetryPolicy
-from sdk._serde import converter, decode_value, dumps, encode_value, loads
+from sdk._serde import converter, dumps, loads
 from sdk._types import (
     Checkpoint,
     CheckpointKind,
@@ -28,6 +30,7 @@ from sdk._types import (
     RunRecord,
     RunStatus,
 )
+from sdk._values import Serializer
 from sdk.errors import (
     Forbidden,
     InvalidTransition,
@@ -121,6 +124,9 @@ class Client:
         clock: injected clock (tests pass a `FakeClock`).
         registry: where flow names are looked up, to encode a start's arguments
             and rebuild results into their types (default: `Registry.default()`).
+        converter: how values become JSON: a `Serializer`, or a cattrs converter
+            (wrapped in one); the workers must use the same (default:
+            `Serializer.default()`).
 
     Example::
 
@@ -136,11 +142,13 @@ class Client:
         *,
         clock: Clock | None = None,
         registry: Registry | None = None,
+        converter: Serializer | cattrs.Converter | None = None,
     ) -> None:
         self.store = store
         self.authorizer = authorizer
         self.clock: Clock = clock or SystemClock()
         self.registry = registry if registry is not None else Registry.default()
+        self.serializer = Serializer.of(converter)
 
     # -- starting -----------------------------------------------------------
 
@@ -183,14 +191,15 @@ class Client:
         q = queue if queue is not None else (fd.queue if isinstance(fd, FlowDef) else "default")
         _check_id(q, "queue")
         if isinstance(fd, FlowDef):
-            args_json = fd.encode_args(args, kwargs)
+            args_json = fd.encode_args(args, kwargs, self.serializer)
             version = fd.version
         else:
             enc_args = [
-                encode_value(a, None, f"flow {name!r} argument {i}")[0] for i, a in enumerate(args)
+                self.serializer.encode(a, None, f"flow {name!r} argument {i}")[0]
+                for i, a in enumerate(args)
             ]
             enc_kwargs = {
-                k: encode_value(v, None, f"flow {name!r} argument {k!r}")[0]
+                k: self.serializer.encode(v, None, f"flow {name!r} argument {k!r}")[0]
                 for k, v in kwargs.items()
             }
             args_json = dumps({"args": enc_args, "kwargs": enc_kwargs, "types": {}})
@@ -265,7 +274,7 @@ class Client:
     def _result_value(self, stored: StoredRun) -> Any:
         fd = self.registry.find_flow(stored.record.flow)
         declared = fd.return_type() if fd is not None else None
-        return decode_value(
+        return self.serializer.decode(
             stored.record.result, declared, stored.result_type,
             f"result of run {stored.record.run_id!r}",
         )  # fmt: skip
@@ -315,7 +324,7 @@ class Client:
         """
         _check_id(name, "signal name")
         await self._authorize(actor, "signal", run_id)
-        data, _ = encode_value(payload, None, f"payload of signal {name!r}")
+        data, _ = self.serializer.encode(payload, None, f"payload of signal {name!r}")
         event = {"name": name, "dedup_id": dedup_id, "actor": actor}
         return await self._deliver(run_id, "s:" + name, dumps(data), dedup_id, event)
 
@@ -351,7 +360,7 @@ class Client:
     ) -> bool:  # fmt: skip
         _check_id(name, "wait name")
         await self._authorize(actor, action, run_id)
-        data, _ = encode_value(payload, None, f"payload of {action} {name!r}")
+        data, _ = self.serializer.encode(payload, None, f"payload of {action} {name!r}")
         if not isinstance(actor, str) or not actor or "\n" in actor:
             raise ValueError(f"{action}: actor must be a non-empty name, got {actor!r}")
         decision = converter.unstructure(Decision(approved, actor, reason, data))

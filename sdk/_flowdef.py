@@ -14,7 +14,8 @@ import wrapt
 
 from sdk._registry import Registry
 from sdk._retry import RetryPolicy
-from sdk._serde import decode_value, dumps, encode_value, loads, return_type
+from sdk._serde import dumps, loads, return_type
+from sdk._values import Serializer
 
 __all__ = ["RESERVED_OPTIONS", "RESULT_GRACE", "FlowDef", "flow"]
 
@@ -78,7 +79,9 @@ class FlowDef:
             return str(index if name is None else name), None
         return found.name, hints.get(found.name)
 
-    def encode_args(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    def encode_args(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], serializer: Serializer
+    ) -> str:
         """JSON text of a call's arguments; `TypeError` if they do not fit the signature."""
         try:
             self.signature.bind(*args, **kwargs)
@@ -88,14 +91,14 @@ class FlowDef:
         enc_args = []
         for i, value in enumerate(args):
             pname, ann = self._annotation(i, None)
-            data, tpath = encode_value(value, ann, f"flow {self.name!r} argument {pname!r}")
+            data, tpath = serializer.encode(value, ann, f"flow {self.name!r} argument {pname!r}")
             enc_args.append(data)
             if tpath:
                 types[str(i)] = tpath
         enc_kwargs = {}
         for key, value in kwargs.items():
             pname, ann = self._annotation(None, key)
-            data, tpath = encode_value(value, ann, f"flow {self.name!r} argument {key!r}")
+            data, tpath = serializer.encode(value, ann, f"flow {self.name!r} argument {key!r}")
             enc_kwargs[key] = data
             if tpath:
                 types[key] = tpath
@@ -123,7 +126,7 @@ class FlowDef:
             sort_keys=True, separators=(",", ":"), ensure_ascii=False,
         )  # fmt: skip
 
-    def decode_args(self, text: str) -> tuple[list[Any], dict[str, Any]]:
+    def decode_args(self, text: str, serializer: Serializer) -> tuple[list[Any], dict[str, Any]]:
         """Rebuild the arguments `encode_args` stored."""
         raw = loads(text)
         types = raw.get("types", {})
@@ -131,12 +134,12 @@ class FlowDef:
         for i, data in enumerate(raw.get("args", [])):
             pname, ann = self._annotation(i, None)
             what = f"flow {self.name!r} argument {pname!r}"
-            args.append(decode_value(data, ann, types.get(str(i)), what))
+            args.append(serializer.decode(data, ann, types.get(str(i)), what))
         kwargs = {}
         for key, data in raw.get("kwargs", {}).items():
             _, ann = self._annotation(None, key)
             what = f"flow {self.name!r} argument {key!r}"
-            kwargs[key] = decode_value(data, ann, types.get(key), what)
+            kwargs[key] = serializer.decode(data, ann, types.get(key), what)
         return args, kwargs
 
     def return_type(self) -> Any:

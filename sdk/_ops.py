@@ -21,12 +21,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import attrs
 
 from sdk._journal import Kind, Record, State
-from sdk._serde import decode_value, rebuild_exception
+from sdk._serde import converter, rebuild_exception
 from sdk._types import Decision, Reason
 from sdk.errors import WaitTimeout
 
 if TYPE_CHECKING:
     from sdk._step import StepSpec
+    from sdk._values import Serializer
 
 __all__ = [
     "STEP_TAG",
@@ -92,7 +93,7 @@ class Op:
             return rec
         return None
 
-    def outcome(self, rec: Record) -> Outcome:
+    def outcome(self, rec: Record, serializer: Serializer) -> Outcome:
         """What a recorded outcome means to the flow."""
         raise TypeError(f"{type(self).__name__} has no recorded outcome")  # pragma: no cover
 
@@ -116,10 +117,10 @@ class StepOp(Op):
     def what(self) -> str:
         return f"result of step {self.key!r}"
 
-    def outcome(self, rec: Record) -> Outcome:
+    def outcome(self, rec: Record, serializer: Serializer) -> Outcome:
         if rec.state is State.OK:
             try:
-                value = decode_value(rec.value, self.spec.return_type(), rec.type, self.what)
+                value = serializer.decode(rec.value, self.spec.return_type(), rec.type, self.what)
             except Exception as exc:
                 return Outcome(error=exc)
             return Outcome(value)
@@ -149,11 +150,11 @@ class WaitOp(Op):
         return self.deadline
 
     def payload(self, value: Any) -> Any:
-        if self.human:
-            return decode_value(value, Decision, None, f"decision at {self.key!r}")
+        if self.human:  # made by Client.approve / deny: the engine's own record
+            return converter.structure(value, Decision)
         return value
 
-    def outcome(self, rec: Record) -> Outcome:
+    def outcome(self, rec: Record, serializer: Serializer) -> Outcome:
         if rec.state is State.TIMEOUT:
             return Outcome(error=self.timed_out())
         try:
@@ -175,7 +176,7 @@ class SleepOp(Op):
     duration: float | None = attrs.field(kw_only=True)
     due: float | None = None
 
-    def outcome(self, rec: Record) -> Outcome:
+    def outcome(self, rec: Record, serializer: Serializer) -> Outcome:
         return Outcome(None)
 
 
@@ -187,7 +188,7 @@ class ValueOp(Op):
 
     make: Callable[[], str] = attrs.field(kw_only=True)
 
-    def outcome(self, rec: Record) -> Outcome:
+    def outcome(self, rec: Record, serializer: Serializer) -> Outcome:
         return Outcome(self.parse(str(rec.value)))
 
     def parse(self, text: str) -> Any:
@@ -216,7 +217,7 @@ class TimerOp(Op):
     handle: asyncio.TimerHandle | None = None
     due: float | None = None
 
-    def outcome(self, rec: Record) -> Outcome:
+    def outcome(self, rec: Record, serializer: Serializer) -> Outcome:
         return Outcome(None)
 
 

@@ -21,7 +21,7 @@ import attrs
 from sdk._context import _OUTSIDE, _run_var, _step_var
 from sdk._registry import Registry
 from sdk._retry import RetryPolicy
-from sdk._serde import dumps, encode_value
+from sdk._serde import dumps
 from sdk._types import ErrorInfo
 from sdk.errors import NotInRunError
 
@@ -169,7 +169,7 @@ def emit(channel: str, payload: Any = None, *, key: str | None = None) -> str:
         idem = f"{root}:{key}"
         if any(i.idempotency_key == idem for i in buffer):
             raise ValueError(f"emit: key {key!r} was already used in step {ctx.key!r}")
-    data, _ = encode_value(payload, None, f"payload of intent {idem!r}")
+    data, _ = act.serializer.encode(payload, None, f"payload of intent {idem!r}")
     body = dumps(
         {
             "run_id": ctx.run_id, "step_key": ctx.key, "channel": channel, "payload": data,

@@ -12,7 +12,8 @@ import wrapt
 
 from sdk._context import _run_var, _step_var
 from sdk._retry import RetryPolicy
-from sdk._serde import request_hash, return_type
+from sdk._serde import return_type
+from sdk._values import Serializer
 
 __all__ = ["REPLAY_POLICIES", "StepSpec", "step"]
 
@@ -36,7 +37,11 @@ class StepSpec:
     _plain: dict[bool, tuple[str, ...] | None] = attrs.field(factory=dict)
 
     def request_hash(
-        self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+        self,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        serializer: Serializer,
     ) -> str:
         """The ledger's hash of a call, by parameter name (a bound method: without self)."""
         method = isinstance(fn, types.MethodType)
@@ -48,12 +53,12 @@ class StepSpec:
         names = self._plain[method]
         if names is not None and not kwargs and len(args) <= len(names):
             # what Signature.bind gives for positional calls, without its cost
-            return request_hash(args, kwargs, dict(zip(names, args, strict=False)))
+            return serializer.request_hash(args, kwargs, dict(zip(names, args, strict=False)))
         try:
             named: dict[str, Any] | None = dict(sig.bind(*args, **kwargs).arguments)
         except TypeError:  # the call itself will fail; hash what was passed
             named = None
-        return request_hash(args, kwargs, named)
+        return serializer.request_hash(args, kwargs, named)
 
     def return_type(self) -> Any:
         if not self._rtype_done:

@@ -21,7 +21,7 @@ from sdk._context import StepContext, _step_var
 from sdk._journal import Kind, Record, State, StepEvent
 from sdk._ops import Outcome, StepOp, tag
 from sdk._retry import RetryPolicy
-from sdk._serde import decode_value, dumps, encode_exception, encode_value
+from sdk._serde import converter, dumps, encode_exception
 from sdk._types import CheckpointKind, Decision, EventType, Reason
 from sdk.errors import IdempotencyConflict, SerializationError
 
@@ -77,7 +77,7 @@ def retry_now(act: Activation, op: StepOp) -> None:
 def decided(act: Activation, op: StepOp, decision: Any) -> None:
     """The approval ``replay:{key}`` arrived: run the step again, or reuse its result."""
     op.approval = False
-    approved = decode_value(decision, Decision, None, f"decision at {op.key!r}").approved
+    approved = converter.structure(decision, Decision).approved
     lin = act.lineage_record(op.key, op.pos, Kind.STEP)
     if approved or lin is None:
         act.spawn(_attempts(act, op, 0), op)
@@ -103,7 +103,7 @@ def announce(rec: Record, optional: bool) -> StepEvent | None:
 
 async def _reuse(act: Activation, op: StepOp, lin: Record) -> None:
     """Take the source run's recorded result instead of running the side effect again."""
-    rh = op.spec.request_hash(op.fn, op.args, op.kwargs)
+    rh = op.spec.request_hash(op.fn, op.args, op.kwargs, act.serializer)
     idem = f"{act.key_root}:{op.key}"
     if lin.rh is not None and rh != lin.rh:
         exc = IdempotencyConflict(
@@ -118,7 +118,7 @@ async def _reuse(act: Activation, op: StepOp, lin: Record) -> None:
         op,
         lambda r: Record(op.key, op.pos, Kind.STEP, State.OK, value=lin.value, type=lin.type,
                          rh=lin.rh, r=r),
-        op.outcome(lin),
+        op.outcome(lin, act.serializer),
         event,
     )  # fmt: skip
 
@@ -126,7 +126,7 @@ async def _reuse(act: Activation, op: StepOp, lin: Record) -> None:
 async def _attempts(act: Activation, op: StepOp, attempts: int) -> None:
     spec = op.spec
     policy = spec.retry or act.retry_override or act.flow.retry
-    rh = spec.request_hash(op.fn, op.args, op.kwargs)
+    rh = spec.request_hash(op.fn, op.args, op.kwargs, act.serializer)
     while True:
         act.step_started(op, attempts + 1)
         if act.flow.optional_checkpoints:
@@ -156,7 +156,7 @@ async def _attempts(act: Activation, op: StepOp, attempts: int) -> None:
             continue
         act.step_finished(op, attempts + 1)
         try:
-            data, tpath = encode_value(value, spec.return_type(), op.what)
+            data, tpath = act.serializer.encode(value, spec.return_type(), op.what)
         except SerializationError as exc:
             await _fail(act, op, exc, Reason.SERIALIZATION_ERROR, attempts + 1, None)
             return

@@ -12,6 +12,8 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+import cattrs
+
 from sdk._activation import Activation, Engine
 from sdk._clock import Clock, SystemClock
 from sdk._dispatch import Dispatcher
@@ -20,8 +22,10 @@ from sdk._intercept import Interceptor
 from sdk._journal import Journal
 from sdk._outbox import ChannelDef
 from sdk._registry import Registry, channel_def_of, flow_def_of
-from sdk._serde import converter, dumps
+from sdk._serde import converter as records
+from sdk._serde import dumps
 from sdk._types import ErrorInfo, Reason
+from sdk._values import Serializer
 from sdk.errors import LeaseLost
 
 if TYPE_CHECKING:
@@ -58,6 +62,9 @@ class Worker:
             delivers their intents, up to `concurrency` at once.
         registry: where flow and channel names are looked up (default:
             `Registry.default()`, where `@flow` and `@channel` register).
+        converter: how values become JSON: a `Serializer`, or a cattrs converter
+            (wrapped in one); the same as the clients' (default:
+            `Serializer.default()`).
         interceptors: hooks around each step attempt (`sdk._intercept.Interceptor`);
             the test kit's crash injection is one.
 
@@ -83,6 +90,7 @@ class Worker:
         channels: Iterable[Callable[..., Any] | str] | None = None,
         interceptors: Sequence[Interceptor] = (),
         registry: Registry | None = None,
+        converter: Serializer | cattrs.Converter | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
@@ -106,6 +114,7 @@ class Worker:
             owner=self.owner,
             inline_backoff_max=inline_backoff_max,
             interceptors=list(interceptors),
+            serializer=Serializer.of(converter),
         )
         self._inflight: dict[str, tuple[asyncio.Task[None], Activation]] = {}
         self._channels = None if channels is None else [self._resolve_channel(c) for c in channels]
@@ -116,7 +125,7 @@ class Worker:
         self._stop = asyncio.Event()
         self._slot_freed = asyncio.Event()
         self._recovery_error = dumps(
-            converter.unstructure(
+            records.unstructure(
                 ErrorInfo(
                     "sdk.errors:SteadyflowError",
                     f"the run's lease expired more than {max_recoveries} times without progress",

@@ -6,8 +6,11 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, Literal
 
+import cattrs
+
 from sdk._client import Client, RunHandle
 from sdk._registry import Registry
+from sdk._values import Serializer
 from sdk._worker import Worker
 from stores._protocol import Store
 from testing._clock import FakeClock
@@ -27,7 +30,8 @@ class FlowTestEnv:
     two envs in one process never see each other's runs. Flows and channels
     are looked up in `registry` (default: `sdk.Registry.default()`, where
     ``@flow`` and ``@channel`` register); give an env a `Registry` of its own to
-    isolate a test from the other definitions of the process.
+    isolate a test from the other definitions of the process. `converter` is
+    the `sdk.Serializer` (or cattrs converter) of the env's client and worker.
 
     Example::
 
@@ -48,9 +52,11 @@ class FlowTestEnv:
         flows: list[Callable[..., Any] | str] | None = None,
         channels: list[Callable[..., Any] | str] | None = None,
         registry: Registry | None = None,
+        converter: Serializer | cattrs.Converter | None = None,
     ) -> None:
         self.clock = clock or FakeClock()
         self.registry = registry
+        self.serializer = Serializer.of(converter)
         self._own_store = store is None
         self._store = store
         self._lease_ttl = lease_ttl
@@ -70,7 +76,9 @@ class FlowTestEnv:
         if not self.clock.started:
             self.clock.start()
             self._started_clock = True
-        self._client = Client(self._store, clock=self.clock, registry=self.registry)
+        self._client = Client(
+            self._store, clock=self.clock, registry=self.registry, converter=self.serializer
+        )
         # Every retry backoff becomes a durable timer, driven by advance().
         self._worker = Worker(
             self._store,
@@ -83,6 +91,7 @@ class FlowTestEnv:
             channels=self._channels,
             interceptors=[self._crashes],
             registry=self.registry,
+            converter=self.serializer,
         )
         return self
 

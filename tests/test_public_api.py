@@ -21,6 +21,8 @@ DOCUMENTED_SDK = {
     "emit", "channel", "Intent", "IntentStatus",
     # docs/api.md "Registries": flow and channel definitions as objects
     "Registry",
+    # docs/api.md "Serialization": the converter as an object you pass
+    "Serializer",
 }  # fmt: skip
 
 

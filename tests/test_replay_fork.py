@@ -536,7 +536,9 @@ async def test_a_step_taking_a_client_object_is_reused_without_conflict() -> Non
 
 _HASH_IN_A_PROCESS = """
 import attrs
-from sdk._serde import request_hash
+from sdk import Serializer
+
+request_hash = Serializer().request_hash
 
 @attrs.frozen
 class Tagged:
@@ -1092,13 +1094,15 @@ async def test_status_of_a_replay_is_the_same_through_every_python_api() -> None
 
 
 def test_the_request_hash_fast_paths_agree_with_the_general_one() -> None:
-    from sdk._serde import _canonical, _hashing, request_hash
+    from sdk import Serializer
     from sdk._step import StepSpec
+    from sdk._values import _canonical
 
     async def charge(amount: int, currency: str = "EUR", note: object = None) -> str:
         return ""
 
     spec = StepSpec("charge", None, "use_recorded_result", charge)
+    serializer = Serializer()
     calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = [
         ((10,), {}),
         ((10, "USD"), {}),
@@ -1110,8 +1114,10 @@ def test_the_request_hash_fast_paths_agree_with_the_general_one() -> None:
     for args, kwargs in calls:
         named = dict(inspect.signature(charge).bind(*args, **kwargs).arguments)
         slow = hashlib.blake2b(
-            _canonical(_hashing.unstructure(named)).encode(), digest_size=12
+            _canonical(serializer._hasher().unstructure(named)).encode(), digest_size=12
         ).hexdigest()
-        assert spec.request_hash(charge, args, kwargs) == slow, (args, kwargs)
-        assert request_hash(args, kwargs, named) == slow
-    assert spec.request_hash(charge, (10,), {}) == spec.request_hash(charge, (), {"amount": 10})
+        assert spec.request_hash(charge, args, kwargs, serializer) == slow, (args, kwargs)
+        assert serializer.request_hash(args, kwargs, named) == slow
+    assert spec.request_hash(charge, (10,), {}, serializer) == spec.request_hash(
+        charge, (), {"amount": 10}, serializer
+    )

@@ -14,19 +14,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sdk import flow, step
+from sdk import Serializer, flow, step
 from sdk._journal import Journal, Kind, Record, State
-from sdk._serde import (
-    FORMAT_VERSION,
-    decode_value,
-    dumps,
-    encode_exception,
-    encode_value,
-    loads,
-    rebuild_exception,
-)
+from sdk._serde import FORMAT_VERSION, dumps, encode_exception, loads, rebuild_exception
 from sdk.errors import SerializationError, StepError
 from testing import FlowTestEnv
+
+encode_value = Serializer().encode
+decode_value = Serializer().decode
 
 # -- strategies --------------------------------------------------------------------
 
@@ -280,8 +275,12 @@ def test_an_unstorable_value_names_what_was_being_stored() -> None:
 
 
 def test_a_stored_value_that_does_not_fit_its_type_is_a_serialization_error() -> None:
-    with pytest.raises(SerializationError, match="price"):
+    with pytest.raises(SerializationError, match="price") as info:
         decode_value({"sku": "x"}, Item, None, "result of step 'price#1'")
+    # cattrs' detail is kept: which fields are at fault, and the cattrs error itself
+    assert "required field missing @ $.price" in str(info.value)
+    assert "required field missing @ $.size" in str(info.value)
+    assert info.value.__cause__ is not None
 
 
 # -- exceptions ------------------------------------------------------------------------
