@@ -812,10 +812,10 @@ class Activation:
             return
         failure = main.exception()
         if failure is not None:
-            key, reason = getattr(failure, STEP_TAG, (None, Reason.FLOW_ERROR.value))
+            key, reason = getattr(failure, STEP_TAG, (None, Reason.FLOW_ERROR))
             if isinstance(failure, SerializationError) and key is None:
-                reason = Reason.SERIALIZATION_ERROR.value
-            await self._finish_failed(type(failure), str(failure), key, Reason(reason))
+                reason = Reason.SERIALIZATION_ERROR
+            await self._finish_failed(type(failure), str(failure), key, reason)
             return
         left = [pos for pos in self.journal.by_pos if pos >= self._pos]
         if left:
@@ -847,11 +847,11 @@ class Activation:
     async def _finish_failed(
         self, etype: type[BaseException], message: str, key: str | None, reason: Reason
     ) -> None:
-        text = dumps(converter.unstructure(ErrorInfo(type_path(etype), message, key, reason.value)))
+        text = dumps(converter.unstructure(ErrorInfo(type_path(etype), message, key, reason)))
         await self._end(
             self.store.finish(
                 self.run_id, self.fence, RunStatus.FAILED, self.clock.time(),
-                {"error": text, "reason": reason.value}, event_data=text,
+                {"error": text, "reason": str(reason)}, event_data=text,
             )
         )  # fmt: skip
 

@@ -25,6 +25,7 @@ from sdk._types import (
     Decision,
     ErrorInfo,
     Event,
+    EventType,
     Reason,
     RunOptions,
     RunRecord,
@@ -306,7 +307,10 @@ class Client:
         if actor is not None and self.authorizer.can(actor, action, self._with_result(stored)):
             return stored
         await self.store.audit(
-            run_id, "auth.denied", self.clock.time(), dumps({"actor": actor, "action": action})
+            run_id,
+            EventType.AUTH_DENIED,
+            self.clock.time(),
+            dumps({"actor": actor, "action": action}),
         )
         if actor is None:
             raise Forbidden(f"{action} of run {run_id!r} needs an actor (an authorizer is set)")
@@ -410,7 +414,7 @@ class Client:
         if (
             stored.record.status is RunStatus.FAILED
             and err is not None
-            and err.reason != Reason.NON_DETERMINISM.value
+            and err.reason != Reason.NON_DETERMINISM
         ):
             discard = err.step_key
         await self.store.resume(
@@ -509,7 +513,7 @@ class Client:
             can_fork = getattr(self.authorizer, "can_fork", None)
             if can_fork is not None and not can_fork(actor, rec, dict(options)):
                 await self.store.audit(
-                    run_id, "auth.denied", self.clock.time(),
+                    run_id, EventType.AUTH_DENIED, self.clock.time(),
                     dumps({"actor": actor, "action": "fork", "options": sorted(options)}),
                 )  # fmt: skip
                 raise Forbidden(f"{actor!r} may not fork run {run_id!r} with {sorted(options)}")
@@ -531,7 +535,7 @@ class Client:
             if chosen["kind"] == "run_finished"
             and rec.status is RunStatus.FAILED
             and err is not None
-            and err.reason != Reason.NON_DETERMINISM.value
+            and err.reason != Reason.NON_DETERMINISM
             else None
         )
         seed: list[tuple[str, str]] = []
@@ -585,7 +589,11 @@ class Client:
             "options": sorted(options),
         }  # fmt: skip
         await self.store.derive_run(
-            new, seed, sorted(lineage.items()), f"run.{kind}ed", dumps(event)
+            new,
+            seed,
+            sorted(lineage.items()),
+            EventType.RUN_REPLAYED if kind == "replay" else EventType.RUN_FORKED,
+            dumps(event),
         )
         return RunHandle(self, new_id)
 

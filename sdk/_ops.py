@@ -45,11 +45,18 @@ __all__ = [
 STEP_TAG = "__steadyflow_step__"
 
 
-def tag(exc: BaseException, key: str, reason: str) -> BaseException:
+def tag(exc: BaseException, key: str, reason: Reason) -> BaseException:
     """Mark `exc` as the recorded failure of `key` (the run's error names the step)."""
     with contextlib.suppress(AttributeError, TypeError):  # exotic exception types
         setattr(exc, STEP_TAG, (key, reason))
     return exc
+
+
+def _reason(text: str | None) -> Reason:
+    try:
+        return Reason(text or Reason.STEP_FAILED)
+    except ValueError:  # written by a newer version
+        return Reason.STEP_FAILED
 
 
 @attrs.frozen
@@ -124,7 +131,7 @@ class StepOp(Op):
             except Exception as exc:
                 return Outcome(error=exc)
             return Outcome(value)
-        reason = rec.reason or ""
+        reason = _reason(rec.reason)
         return Outcome(error=tag(rebuild_exception(rec.error or {}, self.key), self.key, reason))
 
 
@@ -163,7 +170,7 @@ class WaitOp(Op):
             return Outcome(error=exc)
 
     def timed_out(self) -> BaseException:
-        return tag(WaitTimeout(self.name, self.key), self.key, Reason.FLOW_ERROR.value)
+        return tag(WaitTimeout(self.name, self.key), self.key, Reason.FLOW_ERROR)
 
 
 @attrs.define(eq=False)

@@ -203,13 +203,13 @@ async def _fail(
     error = encode_exception(exc)
 
     def record(r: int) -> Record:
-        return Record(op.key, op.pos, Kind.STEP, State.FAILED, error=error, reason=reason.value,
+        return Record(op.key, op.pos, Kind.STEP, State.FAILED, error=error, reason=reason,
                       attempts=attempts, rh=rh, r=r)  # fmt: skip
 
     sample = record(0)
     await act.resolve(
         op,
         record,
-        Outcome(error=tag(exc, op.key, reason.value)),
+        Outcome(error=tag(exc, op.key, reason)),
         announce(sample, act.flow.optional_checkpoints),
     )

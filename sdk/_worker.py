@@ -130,7 +130,7 @@ class Worker:
                     "sdk.errors:SteadyflowError",
                     f"the run's lease expired more than {max_recoveries} times without progress",
                     None,
-                    Reason.MAX_RECOVERIES_EXCEEDED.value,
+                    Reason.MAX_RECOVERIES_EXCEEDED,
                 )
             )
         )

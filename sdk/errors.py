@@ -112,14 +112,30 @@ class InvalidTransition(SteadyflowError):
     Attributes:
         run_id: the run.
         current: its status.
-        requested: the status that was asked for.
+        requested: the status that was asked for; None when the action was not
+            a move (`action`, e.g. ``"delete"``: only finished runs are deleted).
+        action: what was refused, when it is not a move to `requested`.
     """
 
-    def __init__(self, run_id: str, current: RunStatus | str, requested: RunStatus | str) -> None:
+    def __init__(
+        self,
+        run_id: str,
+        current: RunStatus,
+        requested: RunStatus | None,
+        *,
+        action: str | None = None,
+    ) -> None:
         self.run_id = run_id
         self.current = current
         self.requested = requested
-        super().__init__(f"run {run_id!r}: cannot move from {str(current)!r} to {str(requested)!r}")
+        self.action = action
+        if requested is None:
+            msg = f"run {run_id!r}: cannot {action} it while it is {current.value!r}"
+            if action == "delete":
+                msg += " (only completed, failed or canceled runs are deleted; cancel it first)"
+        else:
+            msg = f"run {run_id!r}: cannot move from {current.value!r} to {requested.value!r}"
+        super().__init__(msg)
 
 
 class RunNotFound(SteadyflowError, LookupError):

@@ -300,7 +300,7 @@ class RedisStore:
             if code == "transition":
                 raise InvalidTransition(run_id, RunStatus(reply[2]), RunStatus(reply[3]))
             if code == "not_terminal":
-                raise InvalidTransition(run_id, RunStatus(reply[2]), "deleted")
+                raise InvalidTransition(run_id, RunStatus(reply[2]), None, action="delete")
             if code == "not_waiting":
                 raise NotWaiting(run_id, RunStatus(reply[2]))
             if code == "forbidden":

@@ -128,7 +128,8 @@ async def test_delete_of_an_unfinished_run_is_refused_and_deletes_nothing(
         await store.delete("r1", T0 + 5)
 
     assert caught.value.current == expected
-    assert caught.value.requested == "deleted"
+    assert (caught.value.requested, caught.value.action) == (None, "delete")
+    assert "cancel it first" in str(caught.value)
     assert await snapshot(store) == before
 
 
