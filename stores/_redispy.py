@@ -3,10 +3,11 @@
 Every store operation is one ``EVALSHA``. redis-py's own path for it
 (``Script.__call__`` -> ``Redis.execute_command``) takes a connection from the
 pool and gives it back per call (a lock, a connection check, observability
-hooks, an event dispatch): on a 2-vCPU VM that is ~35% of a ``store.record``
-call and ~20% of a whole step (``python -m bench.script_path``, figures in
-docs/benchmarks.md). `Lane` saves that, and `pack` the per-argument encoding
-of redis-py's command packer. What they rely on, and what keeps them honest:
+hooks, an event dispatch): on a 2-vCPU VM that is about a third of a
+``store.record`` call and a quarter of a whole step (``python -m
+bench.script_path``, figures in docs/benchmarks.md). `Lane` saves that, and
+`pack` the per-argument encoding of redis-py's command packer. What they
+rely on, and what keeps them honest:
 
 - connections come from the client's pool (``get_connection``) and stay
   checked out of it while the lane holds them, so pool-wide operations reach
@@ -90,11 +91,12 @@ class _Unusual(Exception):
 def pack(args: tuple[Any, ...], encoding: str = "utf-8", errors: str = "strict") -> bytes:
     """One command in RESP, byte for byte what redis-py's packer sends.
 
-    ~3 µs for a step's 14-argument ``EVALSHA`` where redis-py's packer (every
-    argument through ``Encoder.encode``, the buffer rebuilt per argument)
-    takes ~9 µs. Raises `_Unusual` for what redis-py treats specially: a
-    command name with a space (``"CONFIG GET"`` is split in two), ``bool``
-    (refused), ``memoryview`` and any other type or subclass.
+    About a third of the time of redis-py's packer (every argument through
+    ``Encoder.encode``, the buffer rebuilt per argument): 5.0 against 13.8 µs
+    for a step's 14-argument ``EVALSHA`` (``timeit``, a busy 2-vCPU VM).
+    Raises `_Unusual` for what redis-py treats specially: a command name with
+    a space (``"CONFIG GET"`` is split in two), ``bool`` (refused),
+    ``memoryview`` and any other type or subclass.
     """
     first = args[0]
     if (type(first) is str and " " in first) or (type(first) is bytes and b" " in first):
