@@ -197,18 +197,31 @@ def counting(store: RedisStore) -> Counter:
 
 
 def _counting_class(base: type, counter: Counter) -> type:
+    def count(name_arg: Any, sha_arg: Any) -> None:
+        name = name_arg.decode() if isinstance(name_arg, bytes) else str(name_arg)
+        name = name.split()[0].upper()
+        counter.commands[name] += 1
+        if name in ("EVALSHA", "EVAL") and sha_arg is not None:
+            sha = sha_arg.decode() if isinstance(sha_arg, bytes) else str(sha_arg)
+            counter.scripts[counter.sha_names.get(sha, "eval:" + sha[:8])] += 1
+
     class CountingConnection(base):  # type: ignore[misc]
+        _packed_here = False
+
         def pack_command(self, *args: Any) -> Any:
-            name = args[0].decode() if isinstance(args[0], bytes) else str(args[0])
-            name = name.split()[0].upper()
-            counter.commands[name] += 1
-            if name in ("EVALSHA", "EVAL") and len(args) > 1:
-                sha = args[1].decode() if isinstance(args[1], bytes) else str(args[1])
-                counter.scripts[counter.sha_names.get(sha, "eval:" + sha[:8])] += 1
+            self._packed_here = True
+            count(args[0], args[1] if len(args) > 1 else None)
             return super().pack_command(*args)
 
         async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
             counter.round_trips += 1
+            if not self._packed_here:
+                # packed without pack_command: the store's script lane (one
+                # command: "*N", "$n", name, "$n", sha, ...)
+                raw = command if isinstance(command, bytes) else b"".join(command)
+                parts = raw.split(b"\r\n", 5)
+                count(parts[2], parts[4] if len(parts) > 4 else None)
+            self._packed_here = False
             await super().send_packed_command(command, check_health)
 
     return CountingConnection

@@ -224,9 +224,7 @@ async def serve(url: str, optional_checkpoints: bool = False, bare: bool = False
 
     async with overhead_runs(url, optional_checkpoints) as (store, run):
         if bare:
-            from stores._lane import Script
-
-            store._scripts["record"] = Script(BARE_RECORD)
+            store._scripts["record"] = store.client.register_script(BARE_RECORD)
             await run(50, False)  # loads it
         _say({"bench": "events_overhead_serve", "engine": ENGINE})
         while line := (await asyncio.to_thread(sys.stdin.readline)).split():

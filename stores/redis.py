@@ -29,7 +29,6 @@ from sdk.errors import (
     RunNotFound,
 )
 from stores._keys import SUFFIX, Keys
-from stores._lane import Lane, Script
 from stores._protocol import (
     Claim,
     IntentClaim,
@@ -42,7 +41,7 @@ from stores._protocol import (
     StoredRun,
     TickResult,
 )
-from stores._resp import fast_packing
+from stores._redispy import script_runner
 from stores._scripts import build_scripts
 
 __all__ = ["RedisStore"]
@@ -175,8 +174,10 @@ class RedisStore:
 
     Args:
         client: a redis-py asyncio client created with ``decode_responses=True``.
-            Store operations (Lua scripts) go over connections its pool makes
-            for the store (see ``stores._lane``); other commands use the client.
+            Store operations (Lua scripts) go over connections the store keeps
+            checked out of its pool, up to half the pool (see ``stores._redispy``);
+            a client that does not allow that (Redis Cluster, a single-connection
+            client) gets redis-py's own script path.
         prefix: first part of every key; deployments sharing a Redis use different ones.
         partitions: how many hash-tag partitions runs spread over (1 unless on a
             Redis Cluster); every process of a deployment must use the same number.
@@ -208,30 +209,33 @@ class RedisStore:
             raise ValueError(f"max_events_per_run must be at least 100, got {max_events_per_run}")
         self.max_events_per_run = max_events_per_run
         scripts = build_scripts(events_max=max_events_per_run)
-        self._scripts = {name: Script(src) for name, src in scripts.items()}
-        # Every operation is a script call: they go by a lane of their own
-        # (see stores._lane), up to as many connections as the command pool.
-        pool = client.connection_pool
-        self._lane = Lane(pool, min(getattr(pool, "max_connections", 64), 64))
+        # redis-py's script objects: their SHA, and their NOSCRIPT reload.
+        self._scripts = {name: client.register_script(src) for name, src in scripts.items()}
+        # Every operation is a script call (see stores._redispy).
+        self._runner = script_runner(client)
         self._label = "redis"
 
     @classmethod
     def from_url(
         cls, url: str, *, prefix: str = "sf", partitions: int = 1, **kwargs: Any
     ) -> RedisStore:
-        """A store on ``redis://`` or ``rediss://`` (TLS) URL; user and password come from it.
+        """A store on a ``redis://``, ``rediss://`` (TLS) or ``unix://`` URL.
 
-        ``max_connections`` (default 64) bounds the pool for commands; a command
-        waits for a free connection rather than failing. ``max_events_per_run``
-        is the store's own (see the class). Other keyword arguments
-        go to redis-py's connection pool (``ssl_ca_certs=...``, ``socket_timeout=...``).
+        User, password and database come from the URL. ``max_connections``
+        (default 64) bounds the connections for script calls (every store
+        operation), and as many again for other commands: the pool holds up
+        to twice that, and a command waits for a free connection rather than
+        failing. ``max_events_per_run`` is the store's own (see the class).
+        Other keyword arguments go to redis-py's connection pool
+        (``ssl_ca_certs=...``, ``socket_timeout=...``).
         """
         scheme = urlsplit(url).scheme
         if scheme not in ("redis", "rediss", "unix"):
             raise ValueError(f"unsupported store URL scheme {scheme!r} in {_redact(url)!r}")
         kwargs.setdefault("health_check_interval", 30)
         kwargs.setdefault("socket_connect_timeout", 5.0)
-        kwargs.setdefault("socket_keepalive", True)
+        if scheme != "unix":  # unix-socket connections refuse the option (TypeError)
+            kwargs.setdefault("socket_keepalive", True)
         # No read timeout on commands by default: any socket timeout makes
         # redis-py wrap every read in asyncio.wait_for (~14 µs a step write).
         # Blocking reads (BLPOP, BRPOPLPUSH, the feed's Pub/Sub) wait up to 5 s:
@@ -249,16 +253,17 @@ class RedisStore:
         # dedup id (the client makes one), fenced writes refuse a second run.
         kwargs.setdefault("retry", Retry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), 3))
         # Commands wait for a free connection instead of failing when more
-        # activations than `max_connections` write at once.
+        # activations than `max_connections` write at once. Half the pool is
+        # for script calls (the store keeps those checked out), half for the rest.
         pool = aioredis.BlockingConnectionPool.from_url(
             url,
-            max_connections=kwargs.pop("max_connections", 64),
+            max_connections=2 * kwargs.pop("max_connections", 64),
             timeout=None,
             decode_responses=True,
             socket_timeout=command_timeout,
             **kwargs,
         )
-        client = aioredis.Redis.from_pool(fast_packing(pool))  # owns the pool: aclose() closes it
+        client = aioredis.Redis.from_pool(pool)  # owns the pool: aclose() closes it
         # Blocking reads (worker wake-ups, result waiters) each hold a connection
         # for seconds: they get a pool of their own so they never starve writes.
         blocking = aioredis.Redis.from_url(
@@ -268,7 +273,6 @@ class RedisStore:
             socket_timeout=max(command_timeout or 0.0, 30.0),
             **kwargs,
         )
-        fast_packing(blocking.connection_pool)
         store = cls(client, prefix=prefix, partitions=partitions, blocking_client=blocking, **caps)
         store._label = _redact(url)
         return store
@@ -281,7 +285,7 @@ class RedisStore:
         }
 
     async def close(self) -> None:
-        await self._lane.close()
+        await self._runner.close()
         if self.blocking_client is not self.client:
             await self.blocking_client.aclose()
         await self.client.aclose()
@@ -289,7 +293,7 @@ class RedisStore:
     # -- helpers ---------------------------------------------------------
 
     async def _call(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        return await self._lane.run(self._scripts[name], keys, args)
+        return await self._runner.run(self._scripts[name], keys, args)
 
     @staticmethod
     def _raise(run_id: str, reply: Any) -> None:

@@ -175,9 +175,10 @@ def test_every_type_the_engine_writes_is_an_event_type_member() -> None:
     import re
     from pathlib import Path
 
+    from stores._scripts import lua_files
+
     root = Path(__file__).resolve().parent.parent
-    sources = [root / "stores" / "_scripts.py", *sorted((root / "stores").glob("**/*.lua"))]
-    lua = "\n".join(p.read_text() for p in sources if p.exists())
+    lua = "\n".join(lua_files().values())
     written = set(re.findall(r"emit\(\w+, '([a-z_]+\.[a-z_]+)'", lua))
     assert "'run.' .. ARGV[6]" in lua  # the waiting statuses
     written |= {"run.waiting_for_signal", "run.waiting_for_human"}

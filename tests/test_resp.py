@@ -1,4 +1,4 @@
-"""The store's command packer sends exactly what redis-py's would."""
+"""The store's command packer sends exactly what redis-py's would (oldest and newest)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from redis.asyncio.connection import (
 )
 from redis.exceptions import DataError
 
-from stores._resp import _Unusual, fast_packing, pack
+from stores._redispy import _packed, _Unusual, pack
 from stores.redis import RedisStore
 
 
@@ -62,42 +62,26 @@ def test_what_pack_leaves_to_redis_py(args: tuple[Any, ...]) -> None:
         pack(args)
 
 
-def test_the_connection_falls_back_to_redis_py() -> None:
-    pool = RedisStore.from_url("redis://127.0.0.1:1").client.connection_pool
-    assert fast_packing(pool).connection_class is pool.connection_class  # idempotent
-    conn = pool.make_connection()
-    assert b"".join(conn.pack_command("CONFIG GET", "maxmemory")) == redis_py(
+def test_the_lane_packs_with_the_connections_encoding_and_falls_back_to_redis_py() -> None:
+    conn = Connection(encoding="latin-1")
+    assert _packed(conn, ("SET", "k", "é")) == [b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\n\xe9\r\n"]
+    utf8 = Connection()
+    assert b"".join(_packed(utf8, ("CONFIG GET", "maxmemory"))) == redis_py(
         ("CONFIG GET", "maxmemory")
     )
     with pytest.raises(DataError, match="bool"):
-        conn.pack_command("SET", "k", True)
-    assert conn.pack_command("SET", "k", "v") == [redis_py(("SET", "k", "v"))]
-
-
-def test_the_encoding_of_the_pool_is_kept() -> None:
-    pool = fast_packing(
-        RedisStore.from_url("redis://127.0.0.1:1").client.connection_pool.__class__(
-            encoding="latin-1"
-        )
-    )
-    conn = pool.make_connection()
-    assert conn.pack_command("SET", "k", "é") == [b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\n\xe9\r\n"]
+        _packed(utf8, ("SET", "k", True))
 
 
 @pytest.mark.parametrize(
-    ("url", "base"),
-    [
-        ("redis://127.0.0.1:6379/0", Connection),
-        ("rediss://127.0.0.1:6379/0", SSLConnection),
-        ("unix:///tmp/redis.sock", UnixDomainSocketConnection),
-    ],
+    "url", ["redis://127.0.0.1:6379/0", "rediss://127.0.0.1:6379/0", "unix:///tmp/redis.sock"]
 )
-async def test_every_pool_of_the_store_packs_fast(url: str, base: type) -> None:
+async def test_the_stores_pools_keep_redis_pys_own_connection_classes(url: str) -> None:
     store = RedisStore.from_url(url)
     try:
         for client in (store.client, store.blocking_client):
             cls = client.connection_pool.connection_class
-            assert issubclass(cls, base) and cls.__name__ == f"FastPacking{base.__name__}"
+            assert cls in (Connection, SSLConnection, UnixDomainSocketConnection)
     finally:
         await store.close()
 

@@ -1,0 +1,33 @@
+-- ARGV: P, now, lease expiry, limit, channel ...
+-- Leases up to `limit` due intents of the channels: their index score becomes
+-- the lease expiry, so an unsettled delivery (a dead worker) is due again then.
+-- Returns the claims (id, run, body, delivery number, failures) and the
+-- earliest score left in those channels ('' if none).
+local now, exp, limit = ARGV[2], ARGV[3], tonumber(ARGV[4])
+local out, soonest = {}, nil
+for c = 5, #ARGV do
+  local ch = ARGV[c]
+  local q = P .. K.outbox .. ch
+  if #out < limit then
+    for _, iid in ipairs(redis.call('ZRANGEBYSCORE', q, '-inf', now, 'LIMIT', 0, limit - #out)) do
+      local key = ik(iid)
+      local st, id, body, f = unpack(redis.call('HMGET', key, 'status', 'run', 'body', 'f'))
+      if st == 'pending' then
+        local d = redis.call('HINCRBY', key, 'n', 1)
+        redis.call('ZADD', q, exp, iid)
+        out[#out + 1] = {iid, id, body, d, f}
+      else
+        redis.call('ZREM', q, iid)  -- settled or gone meanwhile: a stale entry
+      end
+    end
+  end
+  -- tokens are hints: with nothing due they would only cause empty claims
+  if #redis.call('ZRANGEBYSCORE', q, '-inf', now, 'LIMIT', 0, 1) == 0 then
+    redis.call('DEL', P .. K.outbox_wake .. ch)
+  end
+  local first = redis.call('ZRANGE', q, 0, 0, 'WITHSCORES')
+  if first[2] and (soonest == nil or tonumber(first[2]) < tonumber(soonest)) then
+    soonest = first[2]
+  end
+end
+return {out, soonest or ''}

@@ -1,0 +1,26 @@
+-- KEYS: run, journal. ARGV: P, id, fence, step key, mailbox, now, deadline|'',
+--       record prefix (ends in "value":), timeout record
+local id = ARGV[2]
+local run = fenced(id, ARGV[3])
+if not run then return {-1} end
+-- The client retries a call whose reply was lost: if the first run already
+-- consumed (or timed out), answer the same instead of popping another signal.
+local prev = redis.call('HGET', KEYS[2], ARGV[4])
+if prev then
+  if string.sub(prev, 1, #ARGV[8]) == ARGV[8] then
+    return {1, string.sub(prev, #ARGV[8] + 1, -2)}
+  end
+  if prev == ARGV[9] then return {2} end
+end
+local v = redis.call('LPOP', mbk(id, ARGV[5]))
+if v then
+  journaled(id, run, KEYS[2], ARGV[4], ARGV[8] .. v .. '}')
+  emit(id, 'wait.completed', ARGV[6], ARGV[4], '', run[3])
+  return {1, v}
+end
+if ARGV[7] ~= '' and tonumber(ARGV[6]) >= tonumber(ARGV[7]) then
+  journaled(id, run, KEYS[2], ARGV[4], ARGV[9])
+  emit(id, 'wait.timed_out', ARGV[6], ARGV[4], '', run[3])
+  return {2}
+end
+return {0}

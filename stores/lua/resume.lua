@@ -1,0 +1,38 @@
+-- KEYS: run, journal. ARGV: P, id, step key whose failure record to discard|'',
+--       now, event data
+-- The explicit way out of failed/canceled (and a nudge for a waiting run). It
+-- continues from the checkpoint head (waiting) or the newest checkpoint before
+-- the run finished (failed, canceled): resume_from_checkpoint_id.
+local id = ARGV[2]
+local st = redis.call('HGET', KEYS[1], 'status')
+if not st then return err('not_found') end
+if not (st == 'failed' or st == 'canceled' or st == 'waiting_for_signal'
+        or st == 'waiting_for_human') then
+  return err('transition', st, 'running')
+end
+local head = tonumber(redis.call('HGET', KEYS[1], 'cp_n') or '0')
+if TERMINAL[st] and head > 0 then head = head - 1 end  -- the one before run_finished
+if ARGV[3] ~= '' then
+  -- the failure is discarded: when the newest checkpoint before run_finished
+  -- is the one the failing step took, continue from the one before it
+  local last = redis.call('XREVRANGE', P .. K.checkpoints .. id, '+', '-', 'COUNT', 2)[2]
+  if last then
+    local f = {}
+    for j = 1, #last[2], 2 do f[last[2][j]] = last[2][j + 1] end
+    if tonumber(f.id) == head and f.step == ARGV[3] then head = head - 1 end
+  end
+  redis.call('HDEL', KEYS[2], ARGV[3])
+  redis.call('HDEL', P .. K.jseq .. id, ARGV[3])
+end
+redis.call('HDEL', KEYS[1], 'result', 'result_type', 'error', 'reason', 'finished_at',
+           'expires_at')
+redis.call('ZREM', P .. K.expiry, id)
+redis.call('HSET', KEYS[1], 'recoveries', '0', 'resume_from_checkpoint_id', head)
+redis.call('DEL', P .. K.done .. id)
+move(id, 'running', true)
+emit(id, 'run.resumed', ARGV[4], '', ARGV[5])
+if st == 'canceled' then restore_intents(id, ARGV[4]) end
+redis.call('DEL', P .. K.waits .. id)
+redis.call('ZREM', P .. K.timers, id)
+enqueue(id)
+return {1}

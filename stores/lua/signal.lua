@@ -1,0 +1,26 @@
+-- KEYS: run. ARGV: P, id, mailbox, payload JSON, dedup id|'', now, event data,
+--       '1' for a decision (the run must be waiting on that mailbox)|'', actor
+local id = ARGV[2]
+local st = redis.call('HGET', KEYS[1], 'status')
+if not st then return err('not_found') end
+if TERMINAL[st] then return err('transition', st, 'running') end
+if ARGV[8] == '1' then
+  if not (st == 'waiting_for_human'
+          and redis.call('SISMEMBER', P .. K.waits .. id, ARGV[3]) == 1) then
+    return err('not_waiting', st)
+  end
+  local allowed = redis.call('HGET', P .. K.approvers .. id, ARGV[3])
+  if allowed and not string.find('\n' .. allowed .. '\n', '\n' .. ARGV[9] .. '\n', 1, true) then
+    emit(id, 'auth.denied', ARGV[6], '', ARGV[7])
+    return err('forbidden', ARGV[9])
+  end
+end
+if ARGV[5] ~= '' and redis.call('SADD', P .. K.dedup .. id, ARGV[5]) == 0 then return {0} end
+redis.call('RPUSH', mbk(id, ARGV[3]), ARGV[4])
+redis.call('SADD', P .. K.mailboxes .. id, ARGV[3])
+emit(id, 'signal.received', ARGV[6], '', ARGV[7])
+if (st == 'waiting_for_signal' or st == 'waiting_for_human')
+    and redis.call('SISMEMBER', P .. K.waits .. id, ARGV[3]) == 1 then
+  wake_run(id)
+end
+return {1}

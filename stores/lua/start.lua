@@ -1,0 +1,15 @@
+-- KEYS: run. ARGV: P, id, args_hash, event data, field, value, ...
+local key, id = KEYS[1], ARGV[2]
+if redis.call('EXISTS', key) == 1 then
+  local same = redis.call('HGET', key, 'args_hash') == ARGV[3]
+  return {same and 0 or -1, redis.call('HGET', key, 'status')}
+end
+local fields = {'args_hash', ARGV[3]}
+for i = 5, #ARGV do fields[#fields + 1] = ARGV[i] end
+redis.call('HSET', key, unpack(fields))
+move(id, 'pending')
+local created = redis.call('HGET', key, 'created_at')
+redis.call('ZADD', P .. K.runs, created, id)
+emit(id, 'run.created', created, '', ARGV[4])
+enqueue(id)
+return {1, 'pending'}

@@ -1,0 +1,42 @@
+-- KEYS: run, journal. ARGV: P, id, fence, now, deadline|'', waiting status,
+--       n records, (key, record) * n, n mailboxes, mailbox * n,
+--       (human mailbox, its approvers one per line) ...
+-- Re-checks the mailboxes (and the deadline) in the same script that parks the
+-- run, so a signal that landed after the activation looked is not lost.
+local id = ARGV[2]
+local run = fenced(id, ARGV[3])
+if not run then return -1 end
+local i = 8
+for _ = 1, tonumber(ARGV[7]) do
+  journaled(id, run, KEYS[2], ARGV[i], ARGV[i + 1])
+  i = i + 2
+end
+local ready = ARGV[5] ~= '' and tonumber(ARGV[4]) >= tonumber(ARGV[5])
+local boxes = {}
+local nbox = tonumber(ARGV[i])
+for j = i + 1, i + nbox do
+  boxes[#boxes + 1] = ARGV[j]
+  if redis.call('LLEN', mbk(id, ARGV[j])) > 0 then ready = true end
+end
+i = i + 1 + nbox
+redis.call('HINCRBY', KEYS[1], 'fence', 1)
+redis.call('HDEL', KEYS[1], 'lease_owner', 'lease_exp')
+redis.call('ZREM', P .. K.leases, id)
+if ready then
+  enqueue(id)
+  return 0
+end
+move(id, ARGV[6])
+emit(id, 'run.' .. ARGV[6], ARGV[4], '', '')
+checkpoint(id, ARGV[6], '', ARGV[6], ARGV[4])
+redis.call('DEL', P .. K.waits .. id)
+if #boxes > 0 then redis.call('SADD', P .. K.waits .. id, unpack(boxes)) end
+-- who may approve each human wait (mailbox -> actors, one per line)
+redis.call('DEL', P .. K.approvers .. id)
+for j = i, #ARGV, 2 do redis.call('HSET', P .. K.approvers .. id, ARGV[j], ARGV[j + 1]) end
+if ARGV[5] ~= '' then
+  redis.call('ZADD', P .. K.timers, ARGV[5], id)
+  -- idle workers block until the deadline they knew of: let one look again
+  nudge(redis.call('HGET', KEYS[1], 'queue'))
+end
+return 1

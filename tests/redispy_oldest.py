@@ -1,0 +1,69 @@
+"""Run the redis-py adapter's tests against the oldest redis-py the project supports.
+
+The project's own virtualenv has the newest redis-py that ``pyproject.toml``
+allows (the whole suite runs on it). This installs the lower bound of the
+``redis`` dependency, with its own dependencies, into a directory of its own
+(``.venv/redis-py-<version>``, kept between runs; pip's cache makes the first
+install quick) and runs, with that directory first on ``sys.path``, the
+adapter's tests, the stores' end-to-end flows over real Redis (unix socket,
+TLS with an ACL user) and two conformance modules on real Redis (retried
+script calls, the journal). `.ci/run` calls it; ~10 s.
+
+    python -m tests.redispy_oldest [PYTEST ARGS...]
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TESTS = [
+    "tests/test_lane.py",
+    "tests/test_resp.py",
+    "tests/test_unix_socket.py",
+    "tests/test_tls_acl.py",
+    "tests/conformance/test_retried_scripts.py",
+    "tests/conformance/test_journal.py",
+]
+
+
+def oldest() -> str:
+    """The lower bound of the ``redis`` requirement in pyproject.toml."""
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        deps = tomllib.load(f)["project"]["dependencies"]
+    (spec,) = [d for d in deps if re.match(r"redis\b", d)]
+    match = re.search(r">=\s*([\w.]+)", spec)
+    if match is None:
+        raise SystemExit(f"no lower bound in {spec!r}")
+    return match.group(1)
+
+
+def main() -> int:
+    version = oldest()
+    target = ROOT / ".venv" / f"redis-py-{version}"
+    if not (target / "redis").is_dir():
+        subprocess.run(
+            [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+             "--target", str(target), f"redis=={version}"],
+            check=True,
+        )  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(target), str(ROOT)])}
+    got = subprocess.run(
+        [sys.executable, "-c", "import redis; print(redis.__version__)"],
+        env=env, check=True, capture_output=True, text=True,
+    ).stdout.strip()  # fmt: skip
+    if got != version:
+        raise SystemExit(f"expected redis-py {version} first on the path, got {got}")
+    print(f"redis-py {got} (oldest supported)", flush=True)
+    args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+            "-k", "not memory", *TESTS, *sys.argv[1:]]  # fmt: skip
+    return subprocess.run(args, env=env, cwd=ROOT).returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())
