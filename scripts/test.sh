@@ -8,7 +8,8 @@ if ! redis_up 127.0.0.1 6379 && command -v redis-server >/dev/null; then
   for _ in $(seq 50); do redis_up 127.0.0.1 6379 && break; sleep 0.1; done
 fi
 set +e
-python -m pytest "$@"
+# One pytest process per core (pytest-xdist); `-n 0` in the arguments runs serially.
+python -m pytest -n "${STEADYFLOW_TEST_WORKERS:-auto}" "$@"
 rc=$?
 set -e
 if [ "$rc" -eq 5 ]; then
