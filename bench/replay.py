@@ -85,7 +85,7 @@ async def measure(
             t0 = time.perf_counter()
             claims = await store.claim(engine.owner, None, 1, clock.time(), 30.0)
             t1 = time.perf_counter()
-            assert len(claims) == 1 and claims[0].run.record.run_id == h.run_id
+            assert len(claims) == 1 and claims[0].run.run_id == h.run_id
             journal = Journal.from_raw(claims[0].journal)
             t2 = time.perf_counter()
             timed.spent = 0.0

@@ -98,7 +98,7 @@ async def _record_calls(stores: dict[str, RedisStore], calls: int) -> dict[str, 
     for variant, store in stores.items():
         handle = await Client(store).start(flows.wait_once)
         claims = await store.claim("bench-path", None, 1, time.time(), 600.0)
-        assert claims and claims[0].run.record.run_id == handle.run_id
+        assert claims and claims[0].run.run_id == handle.run_id
         fence = claims[0].run.fence
         targets[variant] = functools.partial(store.record, handle.run_id, fence, "noop#1", rec)
     times: dict[str, list[float]] = {v: [] for v in stores}

@@ -60,7 +60,7 @@ async def _floors(
     client = Client(store)
     handle = await client.start(flows.wait_once)  # a run whose lease we take below
     claims = await store.claim("bench-floor", None, 1, time.time(), 60.0)
-    assert claims and claims[0].run.record.run_id == handle.run_id
+    assert claims and claims[0].run.run_id == handle.run_id
     run_id, fence = handle.run_id, claims[0].run.fence
     rec = Record("noop#1", 0, Kind.STEP, State.OK, value=1).to_json()
     bare = RedisStore.from_url(

@@ -9,7 +9,7 @@ if ! redis_up 127.0.0.1 6379 && command -v redis-server >/dev/null; then
 fi
 set +e
 # One pytest process per core (pytest-xdist); `-n 0` in the arguments runs serially.
-python -m pytest -n "${STEADYFLOW_TEST_WORKERS:-auto}" "$@"
+python -m pytest -n "${STEADYFLOW_TEST_WORKERS:-auto}" --dist loadgroup "$@"
 rc=$?
 set -e
 if [ "$rc" -eq 5 ]; then

@@ -194,6 +194,39 @@ class FlowLoop(asyncio.AbstractEventLoop):
     def pending_tasks(self) -> list[FlowTask]:
         return [t for t in self.tasks if not t.done()]
 
+    def unwind(self, signal: Callable[[], BaseException], passes: int = 100) -> int:
+        """End every pending task, top down; returns how many would not end.
+
+        A task is unwound only once nothing that awaits it is still pending, so
+        no flow code sees a task end and takes another branch (the loser of a
+        race "winning" as the flow is discarded). A task waiting on a future gets
+        `signal()` raised there; one about to start, or awaiting a task, is
+        canceled. Exceptions of the ended tasks are marked as retrieved.
+        """
+        for _ in range(passes):
+            pending = self.pending_tasks()
+            if not pending:
+                break
+            alive = set(pending)
+            roots = [t for t in pending if not any(o in alive for _, o in t._awaiters)]
+            for task in roots or pending:
+                waiter = getattr(task, "_fut_waiter", None)  # what the task awaits
+                if (
+                    isinstance(waiter, asyncio.Future)
+                    and not isinstance(waiter, asyncio.Task)
+                    and not waiter.done()
+                ):
+                    waiter.set_exception(signal())
+                else:
+                    task.cancel()
+            self.run_ready()
+        left = len(self.pending_tasks())
+        for task in self.tasks:  # their exceptions are the unwinding itself
+            if task.done() and not task.cancelled():
+                task.exception()
+        self.tasks.clear()
+        return left
+
     # -- what asyncio asks of a loop -------------------------------------------
 
     def call_soon(

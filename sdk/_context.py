@@ -6,16 +6,18 @@ runs: each activation sets its own context in its own task.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from sdk.errors import NotInRunError
+from sdk.errors import NotInRunError, NotInStepError
 
 if TYPE_CHECKING:
     from sdk._activation import Activation
+    from sdk._client import Client
     from sdk._outbox import NewIntent
 
 __all__ = ["RunContext", "StepContext", "current_run", "current_step"]
@@ -82,7 +84,36 @@ class RunContext:
 
     @property
     def tenant_id(self) -> str | None:
-        return self._activation.stored.record.tenant_id
+        return self._activation.stored.tenant_id
+
+    @property
+    def flow_version(self) -> str | None:
+        """The flow version the run was started with (`@flow(version=...)`)."""
+        return self._activation.stored.flow_version
+
+    @property
+    def client(self) -> Client:
+        """A `Client` on the store this run lives in, with the worker's registry and
+        serializer: for a step that starts, signals or reads other runs.
+
+        Raises:
+            NotInStepError: in a flow body, which does no I/O (its effects would
+                not be journaled): call it from a step.
+
+        Example::
+
+            @step
+            async def notify_parent(parent_id: str, total: int) -> None:
+                await current_run().client.signal(parent_id, "child-done", total)
+        """
+        from sdk._aio import FlowLoop
+
+        if isinstance(asyncio._get_running_loop(), FlowLoop):
+            raise NotInStepError(
+                "current_run().client is for steps: a flow body does no I/O (what it did "
+                "would not be journaled); call the client from a @step"
+            )
+        return self._activation.engine.client()
 
     @property
     def is_replaying(self) -> bool:

@@ -20,9 +20,10 @@ from sdk._clock import Clock
 from sdk._outbox import ChannelDef, Intent
 from sdk._serde import converter, dumps, loads, type_path
 from sdk._types import ErrorInfo
+from stores.protocol import Delivery
 
 if TYPE_CHECKING:
-    from stores._protocol import IntentClaim, Store
+    from stores.protocol import IntentClaim, Store
 
 __all__ = ["Dispatcher"]
 
@@ -105,14 +106,16 @@ class Dispatcher:
         except asyncio.CancelledError:
             # worker shutdown: hand the intent back at once instead of at lease end
             with contextlib.suppress(Exception):
-                await asyncio.shield(self.store.settle_intent(claim, "release", self.clock.time()))
+                await asyncio.shield(
+                    self.store.settle_intent(claim, Delivery.RELEASE, self.clock.time())
+                )
             raise
         except Exception as exc:
             await self._failed(claim, intent, cdef, exc, data)
             return
         try:
             settled = await self.store.settle_intent(
-                claim, "sent", self.clock.time(), event_data=dumps(data)
+                claim, Delivery.SENT, self.clock.time(), event_data=dumps(data)
             )
         except Exception:
             log.exception(
@@ -140,7 +143,7 @@ class Dispatcher:
             if verdict is not None:
                 data["reason"] = verdict.value
                 await self.store.settle_intent(
-                    claim, "dead", now, error=error_json, event_data=dumps(data)
+                    claim, Delivery.DEAD, now, error=error_json, event_data=dumps(data)
                 )
                 log.error(
                     "intent %s (%s, run %s): delivery failed for good (%s): %s: %s",
@@ -151,7 +154,7 @@ class Dispatcher:
             due = now + cdef.retry.delay(failures)
             data["due"] = due
             await self.store.settle_intent(
-                claim, "retry", now, due=due, error=error_json, event_data=dumps(data)
+                claim, Delivery.RETRY, now, due=due, error=error_json, event_data=dumps(data)
             )
         except Exception:
             log.exception("intent %s: recording a failed delivery failed; it will be "

@@ -14,6 +14,7 @@ import attrs
 from cattrs.gen import make_dict_unstructure_fn, override
 
 from sdk._serde import FORMAT_VERSION, converter, dumps, loads
+from stores.protocol import StepEvent
 
 __all__ = ["Journal", "Kind", "Record", "State", "StepEvent"]
 
@@ -116,17 +117,6 @@ def _structure(data: dict[str, Any]) -> Record:
 
 
 _RESOLVED = frozenset({State.OK, State.FAILED, State.TIMEOUT})
-
-
-@attrs.frozen
-class StepEvent:
-    """What a journal write announces, in the same script: an event (type and
-    JSON data) and, when `checkpoint` names a kind, a checkpoint."""
-
-    # plain str (an enum member becomes its value): the store packs str fast
-    type: str = attrs.field(converter=str)
-    data: str = ""
-    checkpoint: str = attrs.field(default="", converter=str)
 
 
 class Journal:

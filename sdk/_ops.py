@@ -24,6 +24,7 @@ from sdk._journal import Kind, Record, State
 from sdk._serde import converter, rebuild_exception
 from sdk._types import Decision, Reason
 from sdk.errors import WaitTimeout
+from stores.protocol import Mailbox
 
 if TYPE_CHECKING:
     from sdk._step import StepSpec
@@ -149,8 +150,8 @@ class WaitOp(Op):
     deadline: float | None = None
 
     @property
-    def mailbox(self) -> str:
-        return ("h:" if self.human else "s:") + self.name
+    def mailbox(self) -> Mailbox:
+        return Mailbox(self.name, self.human)
 
     @property
     def due(self) -> float | None:

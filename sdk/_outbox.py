@@ -24,6 +24,7 @@ from sdk._retry import RetryPolicy
 from sdk._serde import dumps
 from sdk._types import ErrorInfo
 from sdk.errors import NotInRunError
+from stores.protocol import NewIntent
 
 __all__ = [
     "DEFAULT_CHANNEL_RETRY",
@@ -93,15 +94,6 @@ class Intent:
     last_error: ErrorInfo | None = None
     updated_at: datetime | None = None
     next_attempt_at: datetime | None = None
-
-
-@attrs.frozen
-class NewIntent:
-    """An intent emitted by a step attempt, written with the step's record."""
-
-    channel: str
-    idempotency_key: str
-    body: str  # JSON: run_id, step_key, channel, payload, idempotency_key, created_at
 
 
 Handler = Callable[[Intent], Awaitable[None]]

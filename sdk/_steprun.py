@@ -18,12 +18,13 @@ from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 from sdk._context import StepContext, _step_var
-from sdk._journal import Kind, Record, State, StepEvent
+from sdk._journal import Kind, Record, State
 from sdk._ops import Outcome, StepOp, tag
 from sdk._retry import RetryPolicy
 from sdk._serde import converter, dumps, encode_exception
 from sdk._types import CheckpointKind, Decision, EventType, Reason
 from sdk.errors import IdempotencyConflict, SerializationError
+from stores.protocol import Mailbox, StepEvent
 
 if TYPE_CHECKING:
     from sdk._activation import Activation
@@ -33,9 +34,9 @@ __all__ = ["announce", "approval_mailbox", "decided", "retry_now", "start"]
 _COMPLETED = StepEvent(EventType.STEP_COMPLETED, "", CheckpointKind.STEP_COMPLETED)
 
 
-def approval_mailbox(op: StepOp) -> str:
+def approval_mailbox(op: StepOp) -> Mailbox:
     """The human wait a ``require_human`` step takes before running again."""
-    return f"h:replay:{op.key}"
+    return Mailbox(f"replay:{op.key}", human=True)
 
 
 def start(act: Activation, op: StepOp) -> None:
@@ -51,7 +52,7 @@ def start(act: Activation, op: StepOp) -> None:
     if rec is None and act.has_lineage:
         lin = act.lineage_record(op.key, op.pos, Kind.STEP)
         if lin is not None and op.spec.replay == "use_recorded_result":
-            act.spawn(_reuse(act, op, lin), op)
+            act.spawn(_reuse(act, op, lin))
             return
         if lin is not None and op.spec.replay == "require_human":
             op.approval = True
@@ -64,14 +65,14 @@ def start(act: Activation, op: StepOp) -> None:
             op.retry_due = rec.due
             act.park_op(op)
             return
-    act.spawn(_attempts(act, op, attempts), op)
+    act.spawn(_attempts(act, op, attempts))
 
 
 def retry_now(act: Activation, op: StepOp) -> None:
     """A waiting retry is due: run the next attempt."""
     op.retry_due = None
     attempts = op.record.attempts if op.record is not None else 0
-    act.spawn(_attempts(act, op, attempts), op)
+    act.spawn(_attempts(act, op, attempts))
 
 
 def decided(act: Activation, op: StepOp, decision: Any) -> None:
@@ -80,9 +81,9 @@ def decided(act: Activation, op: StepOp, decision: Any) -> None:
     approved = converter.structure(decision, Decision).approved
     lin = act.lineage_record(op.key, op.pos, Kind.STEP)
     if approved or lin is None:
-        act.spawn(_attempts(act, op, 0), op)
+        act.spawn(_attempts(act, op, 0))
     else:
-        act.spawn(_reuse(act, op, lin), op)
+        act.spawn(_reuse(act, op, lin))
 
 
 def announce(rec: Record, optional: bool) -> StepEvent | None:
@@ -97,7 +98,7 @@ def announce(rec: Record, optional: bool) -> StepEvent | None:
         return StepEvent(EventType.STEP_FAILED, dumps(data), CheckpointKind.STEP_COMPLETED)
     data = {"attempt": rec.attempts, "due": rec.due, "type": err.get("type"),
             "message": err.get("message")}  # fmt: skip
-    kind = CheckpointKind.RETRY_SCHEDULED if optional else ""
+    kind = CheckpointKind.RETRY_SCHEDULED if optional else None
     return StepEvent(EventType.STEP_RETRY_SCHEDULED, dumps(data), kind)
 
 
@@ -112,9 +113,9 @@ async def _reuse(act: Activation, op: StepOp, lin: Record) -> None:
         )
         await _fail(act, op, exc, Reason.IDEMPOTENCY_CONFLICT, 0, rh)
         return
-    data = dumps({"idempotency_key": idem, "source_run_id": act.stored.record.source_run_id})
+    data = dumps({"idempotency_key": idem, "source_run_id": act.stored.source_run_id})
     event = StepEvent(EventType.SIDE_EFFECT_REUSED, data, CheckpointKind.STEP_COMPLETED)
-    await act.resolve(
+    await act.writes.resolve(
         op,
         lambda r: Record(op.key, op.pos, Kind.STEP, State.OK, value=lin.value, type=lin.type,
                          rh=lin.rh, r=r),
@@ -130,7 +131,7 @@ async def _attempts(act: Activation, op: StepOp, attempts: int) -> None:
     while True:
         act.step_started(op, attempts + 1)
         if act.flow.optional_checkpoints:
-            await act.mark(op.key)
+            await act.writes.mark(op.key)
         ctx = StepContext(act.run_id, op.key, attempts + 1, f"{act.key_root}:{op.key}")
         token = _step_var.set(ctx)
         failure: Exception | None = None
@@ -162,7 +163,7 @@ async def _attempts(act: Activation, op: StepOp, attempts: int) -> None:
             return
         done = functools.partial(Record, op.key, op.pos, Kind.STEP, State.OK, value=data,
                                  type=tpath, attempts=attempts, rh=rh)  # fmt: skip
-        await act.resolve(op, done, Outcome(value), _COMPLETED, ctx._intents)
+        await act.writes.resolve(op, done, Outcome(value), _COMPLETED, ctx._intents)
         return
 
 
@@ -187,7 +188,7 @@ async def _failed(
     due = act.clock.time() + delay
     rec = Record(op.key, op.pos, Kind.STEP, State.RETRY, error=encode_exception(exc),
                  attempts=attempts, due=due)  # fmt: skip
-    await act.write(rec, announce(rec, act.flow.optional_checkpoints))
+    await act.writes.write(rec, announce(rec, act.flow.optional_checkpoints))
     op.record = rec
     act.log.info(
         "run %s: step %s failed (attempt %d: %s); retrying in %.3fs",
@@ -207,7 +208,7 @@ async def _fail(
                       attempts=attempts, rh=rh, r=r)  # fmt: skip
 
     sample = record(0)
-    await act.resolve(
+    await act.writes.resolve(
         op,
         record,
         Outcome(error=tag(exc, op.key, reason)),

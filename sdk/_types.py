@@ -8,6 +8,10 @@ from typing import Any
 
 import attrs
 
+# Statuses, checkpoint kinds and event types are the store protocol's (stores
+# write them too); the SDK exports them as its own.
+from stores.protocol import CheckpointKind, EventType, RunStatus
+
 __all__ = [
     "Checkpoint",
     "CheckpointKind",
@@ -21,39 +25,6 @@ __all__ = [
     "RunStatus",
     "Versions",
 ]
-
-#: Current format version of run records (1: the first release; 2 adds lineage,
-#: tracing, environment and checkpoint fields). Older records are upgraded on read.
-RUN_FORMAT_VERSION = 2
-
-
-class RunStatus(enum.StrEnum):
-    """A run's lifecycle status; equal to its string value."""
-
-    PENDING = "pending"
-    RUNNING = "running"
-    WAITING_FOR_HUMAN = "waiting_for_human"
-    WAITING_FOR_SIGNAL = "waiting_for_signal"
-    REPLAYING = "replaying"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    CANCELED = "canceled"
-
-    def __str__(self) -> str:
-        return self.value
-
-    @property
-    def is_terminal(self) -> bool:
-        """True for `completed`, `failed` and `canceled`."""
-        return self in _TERMINAL
-
-    @property
-    def is_waiting(self) -> bool:
-        """True for the two waiting statuses."""
-        return self in (RunStatus.WAITING_FOR_HUMAN, RunStatus.WAITING_FOR_SIGNAL)
-
-
-_TERMINAL = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELED})
 
 
 class Reason(enum.StrEnum):
@@ -80,69 +51,6 @@ class Reason(enum.StrEnum):
     """A result or argument could not be stored or rebuilt."""
     IDEMPOTENCY_CONFLICT = "idempotency_conflict"
     """A replayed or forked run reused a step with other arguments than recorded."""
-
-    def __str__(self) -> str:
-        return self.value
-
-
-class CheckpointKind(enum.StrEnum):
-    """Where a checkpoint was taken; equal to its string value."""
-
-    RUN_STARTED = "run_started"
-    STEP_COMPLETED = "step_completed"
-    WAITING_FOR_HUMAN = "waiting_for_human"
-    WAITING_FOR_SIGNAL = "waiting_for_signal"
-    RUN_FINISHED = "run_finished"
-    STEP_STARTED = "step_started"
-    """Optional: `@flow(optional_checkpoints=True)` (a round trip per step)."""
-    RETRY_SCHEDULED = "retry_scheduled"
-    """Optional: `@flow(optional_checkpoints=True)`."""
-
-    def __str__(self) -> str:
-        return self.value
-
-
-class EventType(enum.StrEnum):
-    """Event types of the run event log; equal to their string values."""
-
-    RUN_CREATED = "run.created"
-    RUN_STARTED = "run.started"
-    STEP_STARTED = "step.started"
-    STEP_COMPLETED = "step.completed"
-    STEP_FAILED = "step.failed"
-    STEP_RETRY_SCHEDULED = "step.retry_scheduled"
-    RUN_WAITING_FOR_SIGNAL = "run.waiting_for_signal"
-    RUN_WAITING_FOR_HUMAN = "run.waiting_for_human"
-    SIGNAL_RECEIVED = "signal.received"
-    WAIT_COMPLETED = "wait.completed"
-    WAIT_TIMED_OUT = "wait.timed_out"
-    RUN_LEASE_EXPIRED = "run.lease_expired"
-    RUN_RESUMED = "run.resumed"
-    RUN_COMPLETED = "run.completed"
-    RUN_FAILED = "run.failed"
-    RUN_CANCELED = "run.canceled"
-    RUN_DELETED = "run.deleted"
-    """On the live feed only (`Client.follow`): the run's own log is deleted with it."""
-    RUN_REPLAYED = "run.replayed"
-    """The first event of a run made by `Client.replay` (data: source, checkpoint, actor)."""
-    RUN_FORKED = "run.forked"
-    """The first event of a run made by `Client.fork` (data: source, checkpoint, actor, options)."""
-    SIDE_EFFECT_REUSED = "side_effect.reused"
-    """A replayed or forked run took a step's recorded result instead of running it."""
-    SIDE_EFFECT_RECORDED = "side_effect.recorded"
-    """An outbound intent was recorded with its step (see the outbox)."""
-    AUTH_DENIED = "auth.denied"
-    """The authorizer (or a wait's approvers) refused an action; nothing else changed."""
-    OUTBOX_SENT = "outbox.sent"
-    """A delivery of an outbound intent succeeded (its handler returned)."""
-    OUTBOX_FAILED = "outbox.failed"
-    """A delivery failed; another is scheduled (data: error, due)."""
-    OUTBOX_DEAD = "outbox.dead"
-    """A delivery failed for good; the intent is not delivered again (data: error, reason)."""
-    OUTBOX_CANCELED = "outbox.canceled"
-    """Canceling the run canceled a pending intent."""
-    OUTBOX_RESTORED = "outbox.restored"
-    """Resuming a canceled run made a canceled intent pending again."""
 
     def __str__(self) -> str:
         return self.value
@@ -301,4 +209,4 @@ class RunRecord:
     source_run_id: str | None = None
     source_checkpoint_id: str | None = None
     root_run_id: str | None = None
-    format_version: int = RUN_FORMAT_VERSION
+    format_version: int = 2  # the store's format of the record (StoredRun.format_version)

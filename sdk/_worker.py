@@ -26,10 +26,9 @@ from sdk._serde import converter as records
 from sdk._serde import dumps
 from sdk._types import ErrorInfo, Reason
 from sdk._values import Serializer
-from sdk.errors import LeaseLost
 
 if TYPE_CHECKING:
-    from stores._protocol import Claim, Store
+    from stores.protocol import Claim, Store
 
 __all__ = ["Worker"]
 
@@ -115,6 +114,7 @@ class Worker:
             inline_backoff_max=inline_backoff_max,
             interceptors=list(interceptors),
             serializer=Serializer.of(converter),
+            registry=self.registry,
         )
         self._inflight: dict[str, tuple[asyncio.Task[None], Activation]] = {}
         self._channels = None if channels is None else [self._resolve_channel(c) for c in channels]
@@ -199,8 +199,8 @@ class Worker:
         return len(claims), tick.next_due
 
     def _spawn(self, claim: Claim) -> None:
-        run_id = claim.run.record.run_id
-        fd = self._flow(claim.run.record.flow)
+        run_id = claim.run.run_id
+        fd = self._flow(claim.run.flow)
         if fd is None:
             task = asyncio.create_task(self._unknown_flow(claim))
             act = None
@@ -220,10 +220,9 @@ class Worker:
     async def _unknown_flow(self, claim: Claim) -> None:
         # Only reachable if a flow left the registry between poll and spawn:
         # hand the run back for a worker that serves its flow.
-        rec = claim.run.record
-        log.warning("run %s: flow %r is not served here; handing it back", rec.run_id, rec.flow)
-        with contextlib.suppress(LeaseLost):
-            await self.store.release(rec.run_id, claim.run.fence)
+        run = claim.run
+        log.warning("run %s: flow %r is not served here; handing it back", run.run_id, run.flow)
+        await self.store.release(run.run_id, run.fence)
 
     async def _execute(self, act: Activation) -> None:
         try:

@@ -11,7 +11,7 @@ import os
 from typing import Any
 from urllib.parse import urlsplit
 
-from stores._protocol import Store
+from stores.protocol import Store
 from stores.redis import RedisStore
 
 __all__ = ["RedisStore", "Store", "open_store"]

@@ -7,7 +7,8 @@ script's whole prelude on every call, ~1 µs a helper), then its body. That is
 worked out once per process; only the event-log cap differs between stores,
 and the sources are cached per cap.
 
-Rules that keep real Redis and fakeredis in agreement (see DESIGN.md):
+Rules that keep real Redis and fakeredis in agreement (fakeredis's Lua is not
+Redis's: its cjson differs on empty tables, big numbers and null):
 - JSON stays opaque: records and payloads are stored as strings, and a
   payload is spliced into a record by concatenation, never decoded;
 - numbers arrive as strings and are compared with ``tonumber``; a number that
@@ -17,7 +18,7 @@ Rules that keep real Redis and fakeredis in agreement (see DESIGN.md):
   script touches shares its hash tag.
 
 Error replies are tables ``{'err', code, a, b}``; the store maps the codes to
-`sdk.errors` exceptions.
+`stores.protocol.Refused` (the engine raises its errors from those).
 
 What the files may use beyond Lua (filled in here):
 - ``K.name``: the key suffix ``name`` of `stores._keys.SUFFIX`, as a literal;
@@ -37,9 +38,8 @@ from collections.abc import Mapping
 from importlib import resources
 from types import MappingProxyType
 
-from sdk._lifecycle import TRANSITIONS
-from sdk._types import RunStatus
 from stores._keys import RUN_SUFFIXES, SUFFIX
+from stores.protocol import TRANSITIONS, RunStatus
 
 __all__ = ["build_scripts", "lua_files"]
 

@@ -1,10 +1,11 @@
-"""Testing kit: a fake clock and an in-process environment for flows.
+"""Testing kit: a fake clock, an in-process environment for flows, a store checker.
 
-    from testing import FlowTestEnv, FakeClock
+    from testing import FlowTestEnv, FakeClock, StoreConformance
 
 The pytest plugin (installed with the package) adds the fixtures ``flow_env``
-and ``fake_clock``. Both classes need the ``test`` extra
-(``pip install 'steadyflow[test]'``).
+and ``fake_clock``. `StoreConformance` (from `testing.conformance`) is the
+store protocol's conformance kit: subclass it to run every check on a store of
+yours. All three need the ``test`` extra (``pip install 'steadyflow[test]'``).
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from testing._clock import FakeClock
     from testing._env import FlowTestEnv
+    from testing.conformance import StoreConformance
 
-__all__ = ["FakeClock", "FlowTestEnv"]
+__all__ = ["FakeClock", "FlowTestEnv", "StoreConformance"]
 
 
 def __getattr__(name: str) -> Any:
@@ -30,4 +32,8 @@ def __getattr__(name: str) -> Any:
         from testing._env import FlowTestEnv
 
         return FlowTestEnv
+    if name == "StoreConformance":
+        from testing.conformance import StoreConformance
+
+        return StoreConformance
     raise AttributeError(f"module 'testing' has no attribute {name!r}")

@@ -12,7 +12,7 @@ from sdk._client import Client, RunHandle
 from sdk._registry import Registry
 from sdk._values import Serializer
 from sdk._worker import Worker
-from stores._protocol import Store
+from stores.protocol import Store
 from testing._clock import FakeClock
 from testing._crash import CrashPoints
 

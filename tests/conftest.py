@@ -4,7 +4,8 @@
   STEADYFLOW_TEST_REDIS). Missing Redis skips locally and FAILS when CI=true.
 - ``real_store``: a RedisStore on it, under a unique key prefix, cleaned up after.
 - ``memory_store``: a fresh memory:// store.
-- ``store``: parametrized over both; the conformance suite uses it.
+- ``store``: parametrized over both; the Redis store's own tests use it (the
+  store conformance kit has fixtures of its own: tests/test_store_conformance.py).
 - ``private_redis``: a redis-server of the test's own on a free port (restart,
   persistence, outage tests); stopped by pid.
 - ``workers`` / ``client``: real ``python -m sdk.worker`` processes on the real

@@ -6,8 +6,9 @@ allows (the whole suite runs on it). This installs the lower bound of the
 (``.venv/redis-py-<version>``, kept between runs; pip's cache makes the first
 install quick) and runs, with that directory first on ``sys.path``, the
 adapter's tests, the stores' end-to-end flows over real Redis (unix socket,
-TLS with an ACL user) and two conformance modules on real Redis (retried
-script calls, the journal). `.ci/run` calls it; ~10 s.
+TLS with an ACL user), the store conformance kit on real Redis, and the Redis
+store's own checks of retried script calls and of its encodings. `.ci/run`
+calls it; ~15 s.
 
     python -m tests.redispy_oldest [PYTEST ARGS...]
 """
@@ -27,8 +28,9 @@ TESTS = [
     "tests/test_resp.py",
     "tests/test_unix_socket.py",
     "tests/test_tls_acl.py",
-    "tests/conformance/test_retried_scripts.py",
-    "tests/conformance/test_journal.py",
+    "tests/test_store_conformance.py::TestRedisStore",
+    "tests/redis_layout/test_retried_scripts.py",
+    "tests/redis_layout/test_encodings.py",
 ]
 
 

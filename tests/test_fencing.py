@@ -9,10 +9,11 @@ from collections.abc import Iterator
 import pytest
 
 from sdk import Client, RunStatus, Worker, flow, step
-from sdk.errors import LeaseLost, RunCanceled
+from sdk.errors import RunCanceled
+from stores.protocol import Consumed, Mailbox, Parked, Refusal, Refused
 from stores.redis import RedisStore
 from testing import FakeClock
-from tests.conformance._support import (
+from tests.redis_layout._support import (
     RECOVERY_ERROR,
     T0,
     TTL,
@@ -30,26 +31,32 @@ WAKE = 5.0  # generous bound on in-process hand-offs; nothing measures speed
 async def test_writes_of_an_activation_whose_lease_was_taken_over_are_refused(
     store: RedisStore,
 ) -> None:
-    await store.create_run(new_run("r1"))
+    await store.create_run(new_run("r1"), "")
     (a,) = await store.claim("worker-a", None, 1, T0, TTL)
-    await store.record("r1", a.run.fence, "s#1", step_record("s#1", 0, "a"))
+    assert await store.record("r1", a.run.fence, "s#1", step_record("s#1", 0, "a"))
     assert (await store.tick(T0 + TTL, 10, RECOVERY_ERROR)).recovered == 1
     (b,) = await store.claim("worker-b", None, 1, T0 + TTL, TTL)
     assert b.run.fence > a.run.fence
 
-    with pytest.raises(LeaseLost):
-        await store.record("r1", a.run.fence, "s#2", step_record("s#2", 1, "a"))
-    with pytest.raises(LeaseLost):
-        await consume(store, "r1", a.run.fence)
-    with pytest.raises(LeaseLost):
-        await store.suspend("r1", a.run.fence, T0, None, RunStatus.WAITING_FOR_SIGNAL, [], ["s:go"])
-    with pytest.raises(LeaseLost):
-        await store.finish("r1", a.run.fence, RunStatus.COMPLETED, T0 + TTL, {"result": '"a"'})
+    fenced = Refused(Refusal.FENCED)
+    assert not await store.record("r1", a.run.fence, "s#2", step_record("s#2", 1, "a"))
+    assert await consume(store, "r1", a.run.fence) == (Consumed.FENCED, None)
+    assert (
+        await store.suspend(
+            "r1", a.run.fence, T0, None, RunStatus.WAITING_FOR_SIGNAL, [], [Mailbox("go")]
+        )
+        is Parked.FENCED
+    )
+    assert await store.finish("r1", a.run.fence, RunStatus.COMPLETED, T0 + TTL, result='"a"') == (
+        fenced
+    )
     assert await store.renew([("r1", a.run.fence)], T0 + 5 * TTL) == ["r1"]
     await store.release("r1", a.run.fence)  # ignored: B still holds the run
 
-    await store.record("r1", b.run.fence, "s#2", step_record("s#2", 1, "b"))
-    await store.finish("r1", b.run.fence, RunStatus.COMPLETED, T0 + TTL, {"result": '"b"'})
+    assert await store.record("r1", b.run.fence, "s#2", step_record("s#2", 1, "b"))
+    assert (
+        await store.finish("r1", b.run.fence, RunStatus.COMPLETED, T0 + TTL, result='"b"') is None
+    )
 
     assert await journal_of(store, "r1") == {
         "s#1": step_record("s#1", 0, "a"),  # written while A still held the lease
@@ -57,21 +64,20 @@ async def test_writes_of_an_activation_whose_lease_was_taken_over_are_refused(
     }
     stored = await store.get_run("r1")
     assert stored is not None
-    assert stored.record.status is RunStatus.COMPLETED
-    assert stored.raw_result == '"b"'
+    assert stored.status is RunStatus.COMPLETED
+    assert stored.result == '"b"'
 
 
 async def test_old_owner_cannot_overwrite_a_step_the_new_owner_recorded(
     store: RedisStore,
 ) -> None:
-    await store.create_run(new_run("r1"))
+    await store.create_run(new_run("r1"), "")
     (a,) = await store.claim("worker-a", None, 1, T0, TTL)
     await store.tick(T0 + TTL, 10, RECOVERY_ERROR)
     (b,) = await store.claim("worker-b", None, 1, T0 + TTL, TTL)
-    await store.record("r1", b.run.fence, "s#1", step_record("s#1", 0, "b"))
+    assert await store.record("r1", b.run.fence, "s#1", step_record("s#1", 0, "b"))
 
-    with pytest.raises(LeaseLost):
-        await store.record("r1", a.run.fence, "s#1", step_record("s#1", 0, "a"))
+    assert not await store.record("r1", a.run.fence, "s#1", step_record("s#1", 0, "a"))
 
     assert await journal_of(store, "r1") == {"s#1": step_record("s#1", 0, "b")}
 

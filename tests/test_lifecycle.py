@@ -29,7 +29,7 @@ def reset_fixture() -> None:
 
 S = RunStatus
 
-# DESIGN.md "Run lifecycle", written out independently of sdk._lifecycle.
+# The lifecycle of docs/lifecycle.md, written out independently of the code's table.
 ALLOWED = {
     (S.PENDING, S.RUNNING),
     (S.PENDING, S.CANCELED),

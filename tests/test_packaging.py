@@ -22,7 +22,8 @@ import pytest
 
 from tests.crashflows import ROOT
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+# One xdist worker runs them all (scripts/test.sh uses --dist loadgroup): one wheelhouse.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300), pytest.mark.xdist_group("packaging")]
 
 OLDEST_CLICK = "click==8.1.7"  # pyproject.toml's lower bound
 # pyproject.toml's lower bound for pytest-asyncio (the first with fixture loop
@@ -153,6 +154,10 @@ def test_without_the_extra_pytest_runs_and_the_fixtures_name_the_extra(
     assert done.returncode == 1
     assert "ImportError: testing.FakeClock needs steadyflow's 'test' extra" in done.stderr
     assert "pip install 'steadyflow[test]'" in done.stderr
+    done = venv.run("python", "-c", "from testing import StoreConformance", cwd=tmp_path)
+    assert done.returncode == 1
+    assert "ImportError: testing.conformance needs steadyflow's 'test' extra" in done.stderr
+    assert "(missing: pytest-asyncio, freezegun)" in done.stderr
 
 
 FLOW_TESTS = """\
@@ -212,3 +217,41 @@ def test_with_the_extra_flow_env_works_without_loop_scope_settings_or_warnings(
     out = done.stdout + done.stderr
     assert done.returncode != 0
     assert LOOP_SCOPE_WARNING in out
+
+
+STORE_TESTS = """\
+    import pytest
+    import pytest_asyncio
+
+    from stores import open_store
+    from testing.conformance import StoreConformance
+
+
+    class TestTheirStore(StoreConformance):
+        @pytest_asyncio.fixture
+        async def store(self):
+            store = open_store("memory://")
+            yield store
+            await store.close()
+
+        def test_a_sync_test_of_their_own(self):
+            assert True
+"""
+
+
+@pytest.mark.parametrize("pins", [(), OLDEST_ASYNCIO], ids=["newest", "oldest-pytest-asyncio"])
+def test_a_users_project_runs_the_store_conformance_kit_in_strict_mode(
+    wheelhouse: Path, tmp_path: Path, pins: tuple[str, ...]
+) -> None:
+    venv = Venv(tmp_path / "venv", wheelhouse, "steadyflow[test]", *pins)
+    # asyncio_mode unset: pytest-asyncio's strict mode, where only marked tests run.
+    config = "[pytest]\nfilterwarnings = error\n"
+    user = project(tmp_path / "user", {"pytest.ini": config, "test_their_store.py": STORE_TESTS})
+
+    done = venv.pytest("-W", "error::pytest.PytestDeprecationWarning", cwd=user)
+
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out
+    passed = re.search(r"(\d+) passed", done.stdout)
+    assert passed is not None and int(passed.group(1)) > 150, out
+    assert not re.search(r"skipped|failed|error|warning", done.stdout.splitlines()[-1]), out

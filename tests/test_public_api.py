@@ -1,4 +1,4 @@
-"""The public surface is exactly what DESIGN.md documents (plus docs/api.md's extras)."""
+"""The public surface is exactly the documented one (docs/api.md)."""
 
 import inspect
 
@@ -8,11 +8,11 @@ import stores
 import testing
 
 DOCUMENTED_SDK = {
-    # DESIGN.md "Public contract"
+    # the programming model (docs/api.md)
     "flow", "step", "wait_for", "sleep", "sleep_until", "now", "uuid4",
     "current_run", "current_step", "RetryPolicy", "Client", "Worker",
     "RunHandle", "RunRecord", "RunStatus", "Decision",
-    # DESIGN.md "Lifecycle operations (contract)"
+    # lifecycle operations (docs/lifecycle.md)
     "Checkpoint", "Event",
     # docs/api.md: documented additions
     "Authorizer", "Clock", "ErrorInfo", "Reason", "RunContext", "StepContext", "SystemClock",
@@ -43,4 +43,27 @@ def test_every_sdk_error_derives_from_the_root() -> None:
 
 def test_stores_and_testing_export_the_contract() -> None:
     assert {"open_store", "RedisStore"} <= set(stores.__all__)
-    assert set(testing.__all__) == {"FakeClock", "FlowTestEnv"}
+    assert set(testing.__all__) == {"FakeClock", "FlowTestEnv", "StoreConformance"}
+
+
+def test_importing_stores_imports_no_sdk_module() -> None:
+    # The store seam (stores.protocol) is neutral: stores never import the engine.
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, stores, stores.redis, stores.protocol\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'sdk'))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+def test_no_stores_module_imports_sdk() -> None:
+    import pathlib
+    import re
+
+    root = pathlib.Path(stores.__file__).parent
+    for path in root.rglob("*.py"):
+        imports = re.findall(r"^\s*(?:from|import) (sdk\b[\w.]*)", path.read_text(), re.M)
+        assert not imports, (path.name, imports)

@@ -47,7 +47,7 @@ from sdk.errors import (
 from stores._keys import RUN_SUFFIXES, SUFFIX
 from stores.redis import RedisStore
 from testing import FlowTestEnv
-from tests.conformance._support import key_content
+from tests.redis_layout._support import key_content
 
 CALLS: Counter[str] = Counter()
 IDEM_KEYS: defaultdict[str, list[str]] = defaultdict(list)  # step name -> keys it saw

@@ -18,7 +18,7 @@ from sdk.errors import Forbidden, InvalidTransition, RunFailed, RunNotFound
 from stores._keys import RUN_SUFFIXES, SHARED_SUFFIXES, SUFFIX
 from stores.redis import RedisStore
 from testing import FlowTestEnv
-from tests.conformance._support import FeedRecorder, snapshot
+from tests.redis_layout._support import FeedRecorder, snapshot
 
 HOUR = 3600.0
 
@@ -325,10 +325,13 @@ async def test_delete_of_a_run_that_has_not_finished_raises_and_deletes_nothing(
         assert await handle.status() is status
         before = await snapshot(store_of(env))
 
-        with pytest.raises(InvalidTransition, match="deleted"):
+        with pytest.raises(InvalidTransition, match="deleted") as caught:
             await env.client.delete(handle.run_id)
 
         assert await snapshot(store_of(env)) == before
+    assert (caught.value.current, caught.value.requested) == (status, None)
+    assert caught.value.action == "delete"
+    assert "cancel it first" in str(caught.value)
 
 
 @flow(name="tests.retention.human_gate", retention=HOUR)

@@ -30,6 +30,7 @@ from sdk import (
     step,
     wait_for,
 )
+from sdk._runs import run_record
 from sdk.errors import InvalidTransition
 from stores.redis import RedisStore
 from testing import FakeClock, FlowTestEnv
@@ -167,7 +168,8 @@ async def test_a_v1_completed_run_reads_with_v2_defaults_and_everything_else_int
 
     assert_v2_defaults(rec)
     assert stored is not None
-    assert stored.record == rec  # a plain JSON result: the same through both readers
+    assert run_record(stored) == rec  # a plain JSON result: the same through both readers
+    assert stored.format_version == 1
     assert stored.args == '{"args":["o-1"],"kwargs":{},"types":{}}'
     assert (rec.run_id, rec.flow, rec.flow_version) == (run_id, "tests.run_v1.order", "3")
     assert (rec.status, rec.queue, rec.priority, rec.tenant_id) == (

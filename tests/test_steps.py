@@ -15,7 +15,7 @@ from typing import Any
 import attrs
 import pytest
 
-from sdk import current_step, flow, step, wait_for
+from sdk import current_run, current_step, flow, step, wait_for
 from sdk.errors import NotInRunError, RunFailed, SerializationError
 from stores.redis import RedisStore
 from testing import FlowTestEnv
@@ -670,3 +670,53 @@ async def test_concurrent_method_steps_run_on_their_own_instances() -> None:
         handle = await env.start(method_steps)
         await env.run_until_idle()
         assert await handle.result() == ["a!", "b?", "a."]
+
+
+# -- a step reaches the store through the run's client -------------------------------
+
+
+@step
+async def tell(other: str, value: int) -> bool:
+    return await current_run().client.signal(other, "from-a-step", value)
+
+
+@flow(name="tests.steps.teller")
+async def teller(other: str) -> bool:
+    return await tell(other, 7)
+
+
+@flow(name="tests.steps.listener")
+async def listener() -> Any:
+    return await wait_for("from-a-step")
+
+
+@flow(name="tests.steps.client_in_body")
+async def client_in_body() -> Any:
+    return current_run().client
+
+
+async def test_a_step_signals_another_run_through_current_run_client() -> None:
+    async with FlowTestEnv() as env:
+        other = await env.start(listener)
+        await env.run_until_idle()
+        handle = await env.start(teller, other.run_id)
+        await env.run_until_idle()
+        assert await handle.result() is True
+        assert await other.result() == 7
+        version = await env.start(version_of)
+        await env.run_until_idle()
+        assert await version.result() == "v7"
+
+
+@flow(name="tests.steps.version_of", version="v7")
+async def version_of() -> str | None:
+    return current_run().flow_version
+
+
+async def test_the_client_is_refused_in_a_flow_body() -> None:
+    async with FlowTestEnv() as env:
+        handle = await env.start(client_in_body)
+        await env.run_until_idle()
+        with pytest.raises(RunFailed) as info:
+            await handle.result()
+    assert info.value.error.type == "sdk.errors:NotInStepError"

@@ -54,10 +54,10 @@ async def test_store_error_while_recording_a_step_does_not_fail_the_run() -> Non
         real_record = env.store.record
         blips = [redis.exceptions.ConnectionError("simulated Redis blip")]
 
-        async def flaky_record(*args: Any, **kwargs: Any) -> None:
+        async def flaky_record(*args: Any, **kwargs: Any) -> bool:
             if blips:
                 raise blips.pop()
-            await real_record(*args, **kwargs)
+            return await real_record(*args, **kwargs)
 
         env.store.record = flaky_record  # type: ignore[method-assign]
         handle = await env.start(three_steps, 0)

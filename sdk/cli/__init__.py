@@ -7,9 +7,11 @@ whose defaults are ``$STEADYFLOW_STORE`` and ``$STEADYFLOW_PREFIX``.
 
 A package of its own that ``sdk/__init__.py`` never imports: ``import sdk``
 does not pay for click, and ``python -m sdk.worker`` (the worker command under
-its older name) is not imported twice (DESIGN.md, "Pitfalls"). A package
-rather than one ``_cli.py`` because the operator commands to come (``runs``,
-``signal``, ``approve``, ``cancel``, ``replay``, ``serve``...) each get a module.
+its older name) is not imported twice (a module that runs with ``-m`` and is
+also imported by ``sdk`` would be loaded twice, its flows registered twice). A
+package rather than one ``_cli.py`` because the operator commands to come
+(``runs``, ``signal``, ``approve``, ``cancel``, ``replay``, ``serve``...) each
+get a module.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
-"""Fixtures of the conformance suite."""
+"""Fixtures of the Redis layout tests."""
 
 from __future__ import annotations
 
 import pytest
 
 from stores.redis import RedisStore
-from tests.conformance._support import count_sent
+from tests.redis_layout._support import count_sent
 
 
 @pytest.fixture(name="sent")

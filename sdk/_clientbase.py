@@ -1,0 +1,174 @@
+"""What every part of `Client` shares: its store, clock, registry, serializer, authorizer."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+import attrs
+
+from sdk._clock import Clock
+from sdk._flowdef import FlowDef
+from sdk._registry import Registry, flow_def_of
+from sdk._runs import raise_refused, run_record
+from sdk._serde import dumps
+from sdk._types import EventType, RunRecord, RunStatus
+from sdk._values import Serializer
+from sdk.errors import Forbidden, RunCanceled, RunFailed, RunNotFound, SerializationError
+
+if TYPE_CHECKING:
+    from stores.protocol import Store, StoredRun
+
+__all__ = ["MAX_ID", "PRIORITY_RANGE", "Authorizer", "ClientBase", "RunHandle", "check_id"]
+
+MAX_ID = 256
+PRIORITY_RANGE = range(-4095, 4096)
+
+
+def check_id(value: Any, what: str) -> str:
+    """A run id, name or queue: a non-empty string of at most `MAX_ID` characters."""
+    if not isinstance(value, str) or not value or len(value) > MAX_ID:
+        raise ValueError(
+            f"{what} must be a non-empty string of at most {MAX_ID} characters, got {value!r}"
+        )
+    return value
+
+
+class Authorizer(Protocol):
+    """Decides whether `actor` may perform `action` on `run`.
+
+    Actions: ``signal``, ``approve``, ``deny``, ``cancel``, ``resume``,
+    ``force_resume``, ``replay``, ``fork``, ``delete``.
+    """
+
+    def can(self, actor: str, action: str, run: RunRecord) -> bool: ...
+
+
+class RunHandle:
+    """A started run. `result()` waits for it; it does not drive a worker."""
+
+    __slots__ = ("_client", "run_id")
+
+    def __init__(self, client: ClientBase, run_id: str) -> None:
+        self._client = client
+        self.run_id = run_id
+
+    def __repr__(self) -> str:
+        return f"RunHandle({self.run_id!r})"
+
+    async def status(self) -> RunStatus:
+        """The run's current status."""
+        return (await self._client._stored(self.run_id)).status
+
+    async def result(self, timeout: float | None = None) -> Any:
+        """Wait until the run ends and return its result.
+
+        Raises:
+            RunFailed: the run failed (`.error` has type, message, step key, reason).
+            RunCanceled: the run was canceled.
+            TimeoutError: `timeout` seconds passed first.
+            RunNotFound: no such run (or it was deleted; a run of a
+                ``delete_on_success`` flow still returns its result for
+                300 seconds after it completed).
+        """
+        store = self._client.store
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while True:
+            stored = await store.get_run(self.run_id)
+            if stored is None:
+                # deleted on success: its tombstone holds the result for a while
+                stored = await store.get_tombstone(self.run_id)
+            if stored is None:
+                raise RunNotFound(self.run_id)
+            if stored.status.is_terminal:
+                return self._client._outcome(stored)
+            wait = 5.0 if deadline is None else deadline - loop.time()
+            if wait <= 0:
+                raise TimeoutError(
+                    f"run {self.run_id!r} is still {stored.status.value} after {timeout}s"
+                )
+            await store.wait_finished(self.run_id, min(wait, 5.0))
+
+
+class ClientBase:
+    """The state of a `Client`, and the helpers all of its operations use."""
+
+    store: Store
+    authorizer: Authorizer | None
+    clock: Clock
+    registry: Registry
+    serializer: Serializer
+
+    def _flow_def(self, flow: Callable[..., Any] | str) -> FlowDef | str:
+        if isinstance(flow, str):
+            return self.registry.find_flow(check_id(flow, "flow name")) or flow
+        fd = flow_def_of(flow)
+        if fd is None:
+            raise TypeError(f"{flow!r} is not a @flow function or a flow name")
+        return fd
+
+    def handle(self, run_id: str) -> RunHandle:
+        """A handle on an existing run (no round trip)."""
+        return RunHandle(self, run_id)
+
+    async def _stored(self, run_id: str) -> StoredRun:
+        stored = await self.store.get_run(run_id)
+        if stored is None:
+            raise RunNotFound(run_id)
+        return stored
+
+    def _record(self, stored: StoredRun) -> RunRecord:
+        """The run's public record, its result rebuilt into its type when its flow is known."""
+        rec = run_record(stored)
+        if rec.status is not RunStatus.COMPLETED or stored.result is None:
+            return rec
+        try:
+            return attrs.evolve(rec, result=self._result_value(stored))
+        except SerializationError:
+            return rec
+
+    def _result_value(self, stored: StoredRun) -> Any:
+        fd = self.registry.find_flow(stored.flow)
+        declared = fd.return_type() if fd is not None else None
+        return self.serializer.decode(
+            run_record(stored).result, declared, stored.result_type,
+            f"result of run {stored.run_id!r}",
+        )  # fmt: skip
+
+    def _outcome(self, stored: StoredRun) -> Any:
+        """A finished run's result, or the error it ended with."""
+        if stored.status is RunStatus.COMPLETED:
+            return self._result_value(stored)
+        rec = run_record(stored)
+        if rec.status is RunStatus.CANCELED:
+            raise RunCanceled(rec.run_id, rec.reason)
+        assert rec.error is not None, f"failed run {rec.run_id!r} has no error recorded"
+        raise RunFailed(rec.run_id, rec.error)
+
+    async def _authorize(
+        self, actor: str | None, action: str, run_id: str, stored: StoredRun | None = None
+    ) -> StoredRun | None:
+        """Ask the authorizer; a refusal writes only an ``auth.denied`` event.
+
+        Decides on `stored` when the caller has read the run already; else reads
+        it and returns it (None without an authorizer), so a caller that needs
+        the run does not read it again.
+        """
+        if self.authorizer is None:
+            return None
+        if stored is None:
+            stored = await self._stored(run_id)
+        if actor is not None and self.authorizer.can(actor, action, self._record(stored)):
+            return stored
+        await self._audit_denied(run_id, {"actor": actor, "action": action})
+        if actor is None:
+            raise Forbidden(f"{action} of run {run_id!r} needs an actor (an authorizer is set)")
+        raise Forbidden(f"{actor!r} may not {action} run {run_id!r}")
+
+    async def _audit_denied(self, run_id: str, data: dict[str, Any]) -> None:
+        refused = await self.store.audit(
+            run_id, EventType.AUTH_DENIED, self.clock.time(), dumps(data)
+        )
+        raise_refused(run_id, refused)

@@ -1,0 +1,148 @@
+"""The replay cursor: where an activation stands against its run's journal.
+
+It gives each call of the flow its step key and *position* (the order in
+which the activation's calls were made), checks the call against the
+journal, and says which recorded outcomes come next: the journal records the
+round each outcome was delivered in (`Record.r`), and a replay delivers them
+in those rounds again. A call the journal disagrees with is a
+`NonDeterminismError`, remembered (`fatal`) even if the flow catches it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sdk._journal import Journal, Record
+from sdk._ops import Op
+from sdk._registry import same_function
+from sdk.errors import NonDeterminismError, RegistryConflict
+
+if TYPE_CHECKING:
+    from sdk._step import StepSpec
+
+__all__ = ["ReplayCursor"]
+
+
+def _pos(op: Op) -> int:
+    return op.pos
+
+
+class ReplayCursor:
+    """Keys, positions and recorded rounds of one activation."""
+
+    def __init__(self, run_id: str, flow: str, journal: Journal) -> None:
+        self.run_id = run_id
+        self.flow = flow
+        self.journal = journal
+        self.round = 0  # the last round delivered
+        self.live = not journal.by_pos  # past the last recorded round
+        self.fatal: NonDeterminismError | None = None
+        self.ops: dict[int, Op] = {}  # calls made and not delivered yet, by position
+        self.new: list[Op] = []  # calls to start at the live frontier
+        self._asap: list[Op] = []  # format-1 outcomes: delivered as soon as called
+        self._pos = 0
+        self._counts: dict[str, int] = {}
+        self._specs: dict[str, StepSpec] = {}  # step name -> the step using it in this run
+
+    @property
+    def calls(self) -> int:
+        """How many calls the flow has made."""
+        return self._pos
+
+    def alloc(self, name: str) -> tuple[str, int]:
+        """Next key for `name` and next position; synchronous, so gather is deterministic."""
+        n = self._counts.get(name, 0) + 1
+        self._counts[name] = n
+        pos = self._pos
+        self._pos = pos + 1
+        return f"{name}#{n}", pos
+
+    def check_step(self, spec: StepSpec) -> None:
+        """A step name is used by one step function per run (its keys would mix)."""
+        known = self._specs.setdefault(spec.name, spec)
+        if known is not spec and not same_function(known.fn, spec.fn):
+            raise RegistryConflict(
+                f"run {self.run_id!r}: flow {self.flow!r} calls two different steps named "
+                f"{spec.name!r} ({known.fn.__module__}.{known.fn.__qualname__} and "
+                f"{spec.fn.__module__}.{spec.fn.__qualname__}); their journal keys would mix. "
+                "Give one of them another name: @step(name=...)"
+            )
+
+    def admit(self, op: Op) -> None:
+        """Check a call against the journal and file it: recorded (replayed in its
+        round) or new (started live). Raises `NonDeterminismError`."""
+        if self.fatal is not None:
+            raise self.fatal
+        op.record = self._check(op.key, op.pos)
+        self.ops[op.pos] = op
+        rec = op.delivery
+        if rec is None:
+            self.new.append(op)
+        elif rec.r is None:
+            self._asap.append(op)
+        elif rec.r <= self.round:
+            raise self.diverged(
+                NonDeterminismError(
+                    self.run_id, op.pos, rec.key, op.key,
+                    detail=f"the journal records {op.key!r} as completed in round {rec.r}, "
+                    "before the flow made this call (concurrent calls in another order)",
+                )
+            )  # fmt: skip
+
+    def _check(self, key: str, pos: int) -> Record | None:
+        """The record for this call, or None; `NonDeterminismError` if the journal disagrees."""
+        rec = self.journal.by_pos.get(pos)
+        if rec is not None:
+            if rec.key != key:
+                raise self.diverged(NonDeterminismError(self.run_id, pos, rec.key, key))
+            return rec
+        if key in self.journal.by_key:
+            raise self.diverged(NonDeterminismError(self.run_id, pos, None, key))
+        return None
+
+    def diverged(self, err: NonDeterminismError) -> NonDeterminismError:
+        if self.fatal is None:
+            self.fatal = err
+        return err
+
+    def next_recorded(self) -> list[Op] | None:
+        """The calls whose recorded outcomes make the next round, in position order;
+        None when no recorded round is left (or the flow diverged: `fatal`)."""
+        if self.live or self.fatal is not None:
+            return None
+        if self._asap:
+            ops, self._asap = sorted(self._asap, key=_pos), []
+            return ops
+        later = [r for r in self.journal.rounds if r > self.round]
+        if not later:
+            return None
+        r = min(later)
+        positions = sorted(self.journal.rounds[r])
+        missing = [p for p in positions if p not in self.ops]
+        if missing:
+            key = self.journal.by_pos[missing[0]].key
+            self.diverged(
+                NonDeterminismError(
+                    self.run_id, missing[0], key, None,
+                    detail=f"the journal records {key!r} there, completed in round {r}, "
+                    "and the flow had not made that call by then",
+                )
+            )  # fmt: skip
+            return None
+        self.round = r
+        return [self.ops[p] for p in positions]
+
+    def delivered(self, op: Op) -> None:
+        self.ops.pop(op.pos, None)
+
+    def take_new(self) -> list[Op]:
+        """The calls to start live, in position order."""
+        new, self.new = self.new, []
+        if len(new) > 1:
+            new.sort(key=_pos)
+        return new
+
+    def unreached(self) -> Record | None:
+        """A record at a position the flow never reached (it returned before it)."""
+        left = [pos for pos in self.journal.by_pos if pos >= self._pos]
+        return self.journal.by_pos[min(left)] if left else None

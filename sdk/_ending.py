@@ -1,0 +1,137 @@
+"""How an activation ends: the run finishes, or parks, or the activation just stops.
+
+Each is one last fenced write. A refused write (the lease was lost meanwhile)
+or a store error ends the activation without an outcome; the run continues
+where the journal left it, in another activation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING
+
+from sdk import _waits
+from sdk._flowdef import RESULT_GRACE
+from sdk._ops import STEP_TAG
+from sdk._serde import converter, dumps, type_path
+from sdk._types import ErrorInfo, Reason, RunStatus
+from sdk._writes import Stop
+from sdk.errors import FlowBlocked, NonDeterminismError, SerializationError
+from stores.protocol import Parked, Refusal, Refused
+
+if TYPE_CHECKING:
+    from sdk._activation import Activation
+
+__all__ = ["conclude", "fail", "park", "report"]
+
+log = logging.getLogger("steadyflow.worker")
+
+
+async def conclude(act: Activation) -> None:
+    """The flow's main task ended: record the run's outcome."""
+    main = act.main
+    assert main is not None
+    await act.settle()  # background steps are cut off (as asyncio.run does)
+    if act.abandoned:
+        return
+    if main.cancelled():
+        msg = "the flow's main task was canceled"
+        await fail(act, asyncio.CancelledError, msg, None, Reason.FLOW_ERROR)
+        return
+    failure = main.exception()
+    if failure is not None:
+        key, reason = getattr(failure, STEP_TAG, (None, Reason.FLOW_ERROR))
+        if isinstance(failure, SerializationError) and key is None:
+            reason = Reason.SERIALIZATION_ERROR
+        await fail(act, type(failure), str(failure), key, reason)
+        return
+    unreached = act.cursor.unreached()
+    if unreached is not None:
+        # The flow returned before reaching calls the journal holds: the
+        # code changed (e.g. a step was removed), just as a changed call is.
+        err = NonDeterminismError(act.run_id, unreached.pos, unreached.key, None)
+        await fail(act, type(err), str(err), None, Reason.NON_DETERMINISM)
+        return
+    flow = act.flow
+    try:
+        data, tpath = act.serializer.encode(
+            main.result(), flow.return_type(), f"result of flow {flow.name!r}"
+        )
+    except SerializationError as exc:
+        await fail(act, type(exc), str(exc), None, Reason.SERIALIZATION_ERROR)
+        return
+    now = act.clock.time()
+    grace = now + RESULT_GRACE if flow.delete_on_success else None
+    await _end(
+        act,
+        act.store.finish(
+            act.run_id, act.fence, RunStatus.COMPLETED, now, result=dumps(data),
+            result_type=tpath, retention=flow.retention, delete_until=grace,
+        ),
+        "completed",
+    )  # fmt: skip
+
+
+async def fail(
+    act: Activation, etype: type[BaseException], message: str, key: str | None, reason: Reason
+) -> None:
+    """Record the run's failure."""
+    text = dumps(converter.unstructure(ErrorInfo(type_path(etype), message, key, reason)))
+    await _end(
+        act,
+        act.store.finish(
+            act.run_id, act.fence, RunStatus.FAILED, act.clock.time(), error=text,
+            reason=str(reason),
+        ),
+        "failed",
+    )  # fmt: skip
+
+
+async def park(act: Activation) -> None:
+    """Nothing runs and nothing can complete now: park on what the flow waits for."""
+    plan = _waits.park_plan(act)
+    if plan is None:
+        err = FlowBlocked(
+            f"run {act.run_id!r}: every task of the flow waits on something no signal, "
+            "timer or step can complete (an asyncio.Event or future nothing sets, or a "
+            "task whose wait was withdrawn), so the flow cannot go on"
+        )
+        await fail(act, FlowBlocked, str(err), None, Reason.FLOW_ERROR)
+        return
+    act.parking = True
+    await _end(
+        act,
+        act.store.suspend(
+            act.run_id, act.fence, act.clock.time(), plan.deadline, plan.status,
+            plan.records, plan.mailboxes, approvers=plan.approvers,
+        ),
+        "parked",
+    )  # fmt: skip
+
+
+async def _end(act: Activation, call: Awaitable[Refused | Parked | None], outcome: str) -> None:
+    """The activation's last write (a lost lease or a store error: see `report`)."""
+    with contextlib.suppress(Stop):
+        reply = await act.writes.guard(call)
+        if reply is Parked.FENCED or (isinstance(reply, Refused) and reply.why is Refusal.FENCED):
+            act.writes.fenced(f"its {outcome} outcome was dropped")
+
+
+def report(act: Activation) -> None:
+    """Log how an activation stopped without an outcome, if it did."""
+    if act.store_error is not None:
+        log.error(
+            "run %s: store error (%s: %s); activation abandoned, the run is recovered "
+            "when its lease expires", act.run_id, type(act.store_error).__name__,
+            act.store_error,
+        )  # fmt: skip
+    elif act.lost is not None:
+        log.warning(
+            "run %s: lease lost (another worker owns it now, or it was canceled); "
+            "this worker stopped writing: %s", act.run_id, act.lost,
+        )  # fmt: skip
+    elif act.abandoned:
+        log.warning("run %s: simulated crash; the lease is left to expire", act.run_id)

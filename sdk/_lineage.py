@@ -1,0 +1,198 @@
+"""Replay and fork: new runs that re-execute a run from one of its checkpoints."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from typing import Any
+
+from sdk._clientbase import PRIORITY_RANGE, ClientBase, RunHandle, check_id
+from sdk._journal import Kind, Record, State
+from sdk._retry import RetryPolicy
+from sdk._runs import raise_refused, run_record
+from sdk._serde import converter, dumps
+from sdk._types import EventType, Reason, RunStatus, Versions
+from sdk.errors import Forbidden, InvalidTransition, RunNotFound
+from stores.protocol import CheckpointKind, Lineage, NewRun
+
+__all__ = ["FORK_OPTIONS", "Lineages"]
+
+#: What a fork may change.
+FORK_OPTIONS = frozenset(
+    {"queue", "priority", "tenant_id", "flow_version", "retry", "environment", "thread_id",
+     "trace_id", "versions", "policy_snapshot_id"}
+)  # fmt: skip
+_REUSABLE = (Kind.STEP, Kind.NOW, Kind.UUID)
+
+
+class Lineages(ClientBase):
+    """`Client.replay` and `Client.fork`."""
+
+    async def replay(
+        self,
+        run_id: str,
+        *,
+        checkpoint_id: str | None = None,
+        actor: str | None = None,
+        new_run_id: str | None = None,
+    ) -> RunHandle:
+        """Re-execute a run as a new run from one of its checkpoints (default: the first).
+
+        The source is never changed. The new run's journal holds the source's
+        records up to the checkpoint (replayed as they are); after it, each step
+        follows its `replay` policy: ``use_recorded_result`` reuses the source's
+        result (event ``side_effect.reused``; `IdempotencyConflict` if the step is
+        now called with other arguments), ``require_human`` waits for the
+        approval ``replay:{step_key}`` (a denial reuses the result),
+        ``reexecute`` runs it again. ``now()``/``uuid4()`` values are reused;
+        waits and sleeps wait again. Idempotency keys stay those of the lineage's
+        first run, so a re-executed side effect can be deduplicated remotely.
+        From the finish of a failed run, the failure that failed it is left out
+        (as `resume` discards it), so the failing call runs again.
+        """
+        return await self._derive("replay", run_id, checkpoint_id, actor, new_run_id, {})
+
+    async def fork(
+        self,
+        run_id: str,
+        *,
+        checkpoint_id: str | None = None,
+        actor: str | None = None,
+        new_run_id: str | None = None,
+        **options: Any,
+    ) -> RunHandle:
+        """Like `replay`, from a checkpoint (default: the head), with other options.
+
+        Options: ``queue``, ``priority``, ``tenant_id``, ``flow_version``,
+        ``retry`` (a `RetryPolicy` replacing the flow's default), and the
+        `RunOptions` fields ``environment``, ``thread_id``, ``trace_id``,
+        ``versions``, ``policy_snapshot_id``. With an authorizer, the actor needs
+        ``fork``, and the authorizer's optional ``can_fork(actor, run, options)``
+        (the environment's policy) must not refuse the changed options.
+        """
+        unknown = set(options) - FORK_OPTIONS
+        if unknown:
+            raise TypeError(
+                f"fork: unknown option(s) {sorted(unknown)}; known: {sorted(FORK_OPTIONS)}"
+            )
+        return await self._derive("fork", run_id, checkpoint_id, actor, new_run_id, options)
+
+    async def _derive(
+        self,
+        kind: str,
+        run_id: str,
+        checkpoint_id: str | None,
+        actor: str | None,
+        new_run_id: str | None,
+        options: dict[str, Any],
+    ) -> RunHandle:
+        source = await self.store.read_lineage(run_id)  # the run, read once
+        if source is None:
+            raise RunNotFound(run_id)
+        await self._authorize(actor, kind, run_id, source.run)
+        rec = run_record(source.run)
+        if options and self.authorizer is not None:
+            can_fork = getattr(self.authorizer, "can_fork", None)
+            if can_fork is not None and not can_fork(actor, rec, dict(options)):
+                await self._audit_denied(
+                    run_id, {"actor": actor, "action": "fork", "options": sorted(options)}
+                )
+                raise Forbidden(f"{actor!r} may not fork run {run_id!r} with {sorted(options)}")
+        cps = source.checkpoints
+        if not cps:
+            raise InvalidTransition(run_id, rec.status, RunStatus.RUNNING)
+        wanted = (
+            checkpoint_id
+            if checkpoint_id is not None
+            else str(cps[0 if kind == "replay" else -1].checkpoint_id)
+        )
+        chosen = next((c for c in cps if str(c.checkpoint_id) == str(wanted)), None)
+        if chosen is None:
+            raise ValueError(f"run {run_id!r} has no checkpoint {wanted!r}")
+        # From the finish of a failed run, the failure that failed it is not
+        # copied (as resume discards it): that call runs again in the new run.
+        err = rec.error
+        dropped = (
+            err.step_key
+            if chosen.kind is CheckpointKind.RUN_FINISHED
+            and rec.status is RunStatus.FAILED
+            and err is not None
+            and err.reason != Reason.NON_DETERMINISM
+            else None
+        )
+        seed, lineage = _split(source, chosen.seq, dropped)
+        new = self._new_run(kind, source, rec.flow, str(wanted), new_run_id, options)
+        event = {
+            "source_run_id": run_id, "source_checkpoint_id": str(wanted), "actor": actor,
+            "options": sorted(options),
+        }  # fmt: skip
+        refused = await self.store.derive_run(
+            new, seed, sorted(lineage.items()),
+            EventType.RUN_REPLAYED if kind == "replay" else EventType.RUN_FORKED, dumps(event),
+        )  # fmt: skip
+        raise_refused(new.run_id, refused)
+        return self.handle(new.run_id)
+
+    def _new_run(
+        self,
+        kind: str,
+        source: Lineage,
+        flow: str,
+        wanted: str,
+        new_run_id: str | None,
+        options: dict[str, Any],
+    ) -> NewRun:
+        run = source.run
+        rec = run_record(run)
+        retry = options.get("retry")
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise TypeError(f"fork: retry must be a RetryPolicy, got {retry!r}")
+        versions = options.get("versions", rec.versions)
+        if not isinstance(versions, Versions):
+            raise TypeError(f"fork: versions must be a Versions, got {versions!r}")
+        new_id = check_id(new_run_id or str(uuid.uuid4()), "new_run_id")
+        priority = options.get("priority", rec.priority)
+        queue = check_id(options.get("queue", rec.queue), "queue")
+        if (
+            isinstance(priority, bool)
+            or not isinstance(priority, int)
+            or priority not in PRIORITY_RANGE
+        ):
+            raise ValueError(f"priority must be an int in -4095..4095, got {priority!r}")
+        fd = self.registry.find_flow(flow)
+        return NewRun(
+            new_id, flow, options.get("flow_version", rec.flow_version), run.args,
+            hashlib.sha256(f"{kind}\n{run.run_id}\n{wanted}\n{new_id}".encode()).hexdigest(),
+            queue, priority, options.get("tenant_id", rec.tenant_id), self.clock.time(),
+            thread_id=options.get("thread_id", rec.thread_id),
+            trace_id=options.get("trace_id"),
+            environment=options.get("environment", rec.environment),
+            versions=None if versions == Versions() else dumps(converter.unstructure(versions)),
+            policy_snapshot_id=options.get("policy_snapshot_id", rec.policy_snapshot_id),
+            source_run_id=run.run_id, source_checkpoint_id=wanted,
+            root_run_id=rec.root_run_id or run.run_id,
+            retry=retry.to_json() if retry is not None else run.retry,
+            retention=fd.retention if fd is not None else None,
+        )  # fmt: skip
+
+
+def _split(
+    source: Lineage, upto: int, dropped: str | None
+) -> tuple[list[tuple[str, str]], dict[str, str]]:
+    """The new run's journal (the source's records up to checkpoint write `upto`) and
+    its lineage (the results after it that steps may reuse)."""
+    seed: list[tuple[str, str]] = []
+    lineage: dict[str, str] = dict(source.lineage)  # the source's own, still unused
+    for key, raw in source.journal.items():
+        if key == dropped:
+            continue
+        parsed = Record.from_json(raw)
+        if source.written.get(key, 0) <= upto:
+            # before the checkpoint: replayed as it is, except what waits again
+            if parsed.state in (State.OK, State.FAILED, State.TIMEOUT):
+                seed.append((key, raw))
+        elif parsed.state is State.OK and parsed.kind in _REUSABLE:
+            lineage[key] = raw
+    for key, _ in seed:
+        lineage.pop(key, None)
+    return seed, lineage

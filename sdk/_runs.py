@@ -1,0 +1,106 @@
+"""Between the store's records and the SDK's: `RunRecord`s, and refusals as errors."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sdk._serde import converter, loads
+from sdk._types import ErrorInfo, RunRecord, Versions
+from sdk.errors import (
+    Forbidden,
+    IdempotencyConflict,
+    InvalidTransition,
+    LeaseLost,
+    NotWaiting,
+    RunNotFound,
+    SteadyflowError,
+)
+from stores.protocol import Refusal, Refused, StoredRun
+
+__all__ = ["error_info", "raise_refused", "refusal_error", "run_record", "timestamp", "utc"]
+
+
+def utc(value: float) -> datetime:
+    """Epoch seconds as an aware datetime (UTC)."""
+    return datetime.fromtimestamp(value, UTC)
+
+
+def timestamp(value: float | None) -> datetime | None:
+    return None if value is None else utc(value)
+
+
+def error_info(text: str | None) -> ErrorInfo | None:
+    """The `ErrorInfo` a run's (or an intent's) error JSON stands for."""
+    return converter.structure(loads(text), ErrorInfo) if text else None
+
+
+def run_record(stored: StoredRun) -> RunRecord:
+    """The public record of a stored run (its result as JSON data).
+
+    A format-1 record reads with the defaults of the fields format 2 added:
+    its trace id and root run id are its own id.
+    """
+    return RunRecord(
+        run_id=stored.run_id,
+        flow=stored.flow,
+        status=stored.status,
+        created_at=datetime.fromtimestamp(stored.created_at, UTC),
+        queue=stored.queue,
+        priority=stored.priority,
+        flow_version=stored.flow_version,
+        tenant_id=stored.tenant_id,
+        started_at=timestamp(stored.started_at),
+        finished_at=timestamp(stored.finished_at),
+        current_step_id=stored.current_step,
+        result=loads(stored.result) if stored.result is not None else None,
+        error=error_info(stored.error),
+        reason=stored.reason,
+        recoveries=stored.recoveries,
+        thread_id=stored.thread_id,
+        trace_id=stored.trace_id or stored.run_id,
+        environment=stored.environment,
+        versions=converter.structure(loads(stored.versions), Versions)
+        if stored.versions
+        else Versions(),
+        policy_snapshot_id=stored.policy_snapshot_id,
+        checkpoint_head=str(stored.checkpoint_head) if stored.checkpoint_head else None,
+        resume_from_checkpoint_id=(
+            str(stored.resume_from_checkpoint) if stored.resume_from_checkpoint else None
+        ),
+        source_run_id=stored.source_run_id,
+        source_checkpoint_id=stored.source_checkpoint_id,
+        root_run_id=stored.root_run_id or stored.run_id,
+        format_version=stored.format_version,
+    )
+
+
+def raise_refused(run_id: str, refused: Refused | None, *, what: str = "") -> None:
+    """Raise the error a store's refusal means to users; nothing when it did not refuse.
+
+    Args:
+        run_id: the run.
+        refused: what the store returned.
+        what: names the operation, for refusals that need it (a decision's wait
+            name for `NotWaiting`).
+    """
+    if refused is not None:
+        raise refusal_error(run_id, refused, what=what)
+
+
+def refusal_error(run_id: str, refused: Refused, *, what: str = "") -> SteadyflowError:
+    """The error a store's refusal means to users."""
+    why = refused.why
+    status = refused.status
+    if why is Refusal.NOT_FOUND:
+        return RunNotFound(run_id)
+    if why is Refusal.TRANSITION and status is not None:
+        return InvalidTransition(run_id, status, refused.requested)
+    if why is Refusal.NOT_FINISHED and status is not None:
+        return InvalidTransition(run_id, status, None, action="delete")
+    if why is Refusal.NOT_WAITING and status is not None:
+        return NotWaiting(run_id, status, what or None)
+    if why is Refusal.FORBIDDEN:
+        return Forbidden(f"{refused.actor!r} may not decide this wait of run {run_id!r}")
+    if why is Refusal.EXISTS:
+        return IdempotencyConflict(f"run {run_id!r} already exists")
+    return LeaseLost(f"run {run_id!r}: lease lost; nothing was written")

@@ -1,0 +1,158 @@
+"""An activation's fenced writes, and the batches that deliver their outcomes.
+
+Every write carries the activation's fencing token; one the store refuses
+means the lease is lost, and the activation stops (`Writes.fenced`). A write
+that delivers an outcome to the flow joins a *batch*: the writes in flight
+together. Its number is the round the outcome is delivered in, written into
+the record (`Record.r`), so a replay delivers it in the same round.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import attrs
+
+from sdk._journal import Record
+from sdk._ops import Op, Outcome
+from sdk.errors import LeaseLost
+from stores.protocol import NewIntent, StepEvent
+
+if TYPE_CHECKING:
+    from sdk._activation import Activation
+
+__all__ = ["Batch", "Stop", "Writes"]
+
+
+class Stop(BaseException):
+    """Unwinds a step execution or a write of an activation that stopped."""
+
+
+@attrs.define(eq=False)
+class Batch:
+    """Outcome writes in flight together; delivered as one round (`round`)."""
+
+    round: int
+    inflight: int = 0
+    closed: bool = False  # one of its writes is back: later writes open the next batch
+    outcomes: list[tuple[Op, Outcome]] = attrs.field(factory=list)
+
+
+class Writes:
+    """The writes of one activation (see the module docstring)."""
+
+    def __init__(self, act: Activation) -> None:
+        self.act = act
+        self.batches: collections.deque[Batch] = collections.deque()
+        self.writing: set[asyncio.Task[Any]] = set()  # tasks in a write: not cut off
+        self.inline = False  # the one piece of work in flight runs inline
+        self.direct: tuple[int, Op, Outcome] | None = None  # its outcome, for the next round
+        self._last = act.journal.max_round
+
+    def batch(self) -> Batch:
+        """Join the open batch of outcome writes (or open the next); `leave` it after."""
+        batches = self.batches
+        if batches and not batches[-1].closed:
+            batch = batches[-1]
+        else:
+            self._last = max(self._last, self.act.cursor.round) + 1
+            batch = Batch(self._last)
+            batches.append(batch)
+        batch.inflight += 1
+        return batch
+
+    def leave(self, batch: Batch) -> None:
+        batch.inflight -= 1
+        batch.closed = True
+        self.act.kick()
+
+    def ready(self) -> Batch | None:
+        """The next batch to deliver, once all of its writes are back."""
+        batches = self.batches
+        if batches and batches[0].closed and not batches[0].inflight:
+            return batches.popleft()
+        return None
+
+    async def resolve(
+        self,
+        op: Op,
+        make: Callable[..., Record],
+        outcome: Outcome,
+        event: StepEvent | None = None,
+        intents: Sequence[NewIntent] = (),
+    ) -> None:
+        """Write `op`'s outcome (the record ``make(r=round)`` builds for the write's
+        round); the flow gets `outcome` in that round."""
+        if self.act.abandoned:
+            raise Stop
+        if self.inline and self.direct is None:
+            # the only work in flight: its outcome is the next round on its own
+            r = self._last = max(self._last, self.act.cursor.round) + 1
+            rec = make(r=r)
+            await self._record(rec, event, intents)
+            op.record = rec
+            self.direct = (r, op, outcome)
+            return
+        batch = self.batch()
+        try:
+            rec = make(r=batch.round)
+            await self._record(rec, event, intents)
+            op.record = rec
+            batch.outcomes.append((op, outcome))
+        finally:
+            self.leave(batch)
+
+    async def write(
+        self, rec: Record, event: StepEvent | None = None, intents: Sequence[NewIntent] = ()
+    ) -> None:
+        """A fenced journal write that delivers nothing (a failed attempt, an approval)."""
+        if self.act.abandoned:
+            raise Stop
+        await self._record(rec, event, intents)
+
+    async def mark(self, key: str) -> None:
+        """The optional ``step.started`` event and checkpoint."""
+        act = self.act
+        if act.abandoned:
+            raise Stop
+        if not await self.guard(act.store.mark(act.run_id, act.fence, key, act.clock.time())):
+            self.fenced(f"before step {key!r} started")
+
+    async def _record(
+        self, rec: Record, event: StepEvent | None, intents: Sequence[NewIntent]
+    ) -> None:
+        act = self.act
+        written = await self.guard(
+            act.store.record(
+                act.run_id, act.fence, rec.key, rec.to_json(), now=act.clock.time(),
+                event=event, intents=intents,  # a step's outbox intents go with its result
+            )
+        )  # fmt: skip
+        if not written:
+            self.fenced(f"{rec.key!r} was not recorded")
+        act.journal.put(rec)
+
+    async def guard(self, call: Awaitable[Any]) -> Any:
+        """Await a store call: a store error stops the activation (a write whose
+        outcome is unknown is left to recovery, as after a crash)."""
+        # Work that runs as a task is cut off by `abandon` unless it is writing.
+        task = asyncio.current_task() if self.act.running else None
+        if task is not None:
+            self.writing.add(task)
+        try:
+            return await call
+        except Exception as exc:
+            self.act.abandon(error=exc)
+            raise Stop from exc
+        finally:
+            if task is not None:
+                self.writing.discard(task)
+
+    def fenced(self, what: str) -> NoReturn:
+        """The store refused a fenced write: this activation lost its lease; it stops."""
+        act = self.act
+        act.abandon(lost=LeaseLost(f"run {act.run_id!r}: lease lost; {what}"))
+        raise Stop

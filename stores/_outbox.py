@@ -1,0 +1,95 @@
+"""The Redis store's outbox: intents leased to dispatchers, delivered at least once."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from stores import _codec
+from stores._base import RedisBase
+from stores.protocol import Delivery, IntentClaim, StoredIntent
+
+__all__ = ["Outbox"]
+
+
+class Outbox(RedisBase):
+    """Claim, settle and renew intent deliveries; read a run's intents."""
+
+    async def claim_intents(
+        self, channels: Sequence[str], limit: int, now: float, lease_ttl: float
+    ) -> tuple[list[IntentClaim], float | None]:
+        claims: list[IntentClaim] = []
+        due: list[float] = []
+        if not channels:
+            return claims, None
+        for p in self._partitions():
+            taken, soonest = await self._call(
+                "claim_intents",
+                [self._anchor(p)],
+                [self.keys.base(p), _codec.num(now), _codec.num(now + lease_ttl),
+                 str(max(limit - len(claims), 0)), *channels],
+            )  # fmt: skip
+            claims += [
+                IntentClaim(str(iid), run_id, body, int(n), int(f))
+                for iid, run_id, body, n, f in taken
+            ]
+            if soonest != "":
+                due.append(float(soonest))
+        return claims, min(due) if due else None
+
+    async def settle_intent(
+        self,
+        claim: IntentClaim,
+        outcome: Delivery,
+        now: float,
+        *,
+        due: float | None = None,
+        error: str = "",
+        event_data: str = "",
+    ) -> bool:
+        outcome = Delivery(outcome)
+        p = self.keys.partition(claim.run_id)
+        reply = await self._call(
+            "settle_intent",
+            [self.keys.intent(p, claim.intent_id)],
+            [self.keys.base(p), claim.intent_id, str(claim.delivery), _codec.num(now),
+             outcome.value, "" if due is None else _codec.num(due), error, event_data],
+        )  # fmt: skip
+        return bool(reply == 1)
+
+    async def renew_intents(self, claims: Sequence[IntentClaim], expiry: float) -> list[str]:
+        by_part: dict[int, list[str]] = {}
+        for c in claims:
+            by_part.setdefault(self.keys.partition(c.run_id), []).extend(
+                (c.intent_id, str(c.delivery))
+            )
+        lost: list[str] = []
+        for p, flat in by_part.items():
+            lost += await self._call(
+                "renew_intents", [self._anchor(p)], [self.keys.base(p), _codec.num(expiry), *flat]
+            )
+        return lost
+
+    async def intents(self, run_id: str) -> list[StoredIntent] | None:
+        k = self.keys
+        async with self.client.pipeline(transaction=False) as pipe:
+            pipe.exists(k.run(run_id))
+            pipe.smembers(k.intents(run_id))
+            exists, ids = await pipe.execute()
+        if not exists:
+            return None
+        p = k.partition(run_id)
+        ordered = sorted(ids, key=int)
+        async with self.client.pipeline(transaction=False) as pipe:
+            for iid in ordered:
+                pipe.hgetall(k.intent(p, iid))
+            rows = await pipe.execute()
+        return [_codec.intent(iid, h) for iid, h in zip(ordered, rows, strict=True) if h]
+
+    async def wait_intents(self, channels: Sequence[str], timeout: float) -> bool:
+        if not channels:
+            await asyncio.sleep(max(timeout, 0.001))
+            return False
+        return await self._blpop_any(
+            [[self.keys.outbox_wake(p, c) for c in channels] for p in self._partitions()], timeout
+        )

@@ -1,0 +1,84 @@
+"""The store conformance kit: the checks every `stores.protocol.Store` must pass.
+
+Steadyflow's own stores pass these checks (the project runs them on
+``memory://`` and on a real Redis); a store of yours can run the same. Subclass
+`StoreConformance` in a test module and give the class a ``store`` fixture that
+yields a fresh, empty store; pytest collects the inherited checks::
+
+    import pytest_asyncio
+
+    from testing.conformance import StoreConformance
+
+
+    class TestMyStore(StoreConformance):
+        @pytest_asyncio.fixture
+        async def store(self):
+            store = MyStore(...)  # empty: nothing of another test may be in it
+            yield store
+            await store.close()
+
+The checks talk to the store only through the protocol's methods, and read
+back what it holds with the protocol's own reads. They are async tests marked
+for pytest-asyncio, so they run whatever the project's ``asyncio_mode``; the
+fixture must be an async fixture pytest-asyncio runs (`pytest_asyncio.fixture`,
+or a plain ``pytest.fixture`` under ``asyncio_mode = "auto"``). A few checks
+run flows on the store with the engine's own worker (`FlowTestEnv`).
+
+The kit needs the ``test`` extra (pytest-asyncio, freezegun).
+"""
+
+from __future__ import annotations
+
+from testing._extra import missing, needs_extra
+
+_absent = missing("pytest_asyncio", "freezegun")
+if _absent:  # an ImportError, as for any optional dependency
+    raise ImportError(needs_extra("testing.conformance", _absent))
+
+from testing.conformance._claims import ClaimChecks  # noqa: E402
+from testing.conformance._consume import ConsumeChecks  # noqa: E402
+from testing.conformance._decisions import DecisionChecks  # noqa: E402
+from testing.conformance._derive import DeriveChecks  # noqa: E402
+from testing.conformance._engine import EngineChecks  # noqa: E402
+from testing.conformance._history import HistoryChecks  # noqa: E402
+from testing.conformance._ids import RunIdChecks  # noqa: E402
+from testing.conformance._journal import JournalChecks  # noqa: E402
+from testing.conformance._leases import LeaseChecks  # noqa: E402
+from testing.conformance._lifecycle import LifecycleChecks  # noqa: E402
+from testing.conformance._outbox import OutboxChecks  # noqa: E402
+from testing.conformance._retention import RetentionChecks  # noqa: E402
+from testing.conformance._runs import RunChecks  # noqa: E402
+from testing.conformance._waits import WaitChecks  # noqa: E402
+
+__all__ = ["StoreConformance"]
+
+
+class StoreConformance(
+    RunChecks,
+    ClaimChecks,
+    LeaseChecks,
+    JournalChecks,
+    ConsumeChecks,
+    WaitChecks,
+    DecisionChecks,
+    LifecycleChecks,
+    RetentionChecks,
+    DeriveChecks,
+    HistoryChecks,
+    OutboxChecks,
+    RunIdChecks,
+    EngineChecks,
+):
+    """Every check of the store protocol, for pytest to collect in a subclass.
+
+    A subclass (named ``Test...``) provides the fixture ``store``: a fresh,
+    empty store for each test, closed afterwards.
+
+    Example::
+
+        class TestMyStore(StoreConformance):
+            @pytest_asyncio.fixture
+            async def store(self):
+                async with MyStore.connect(url) as store:
+                    yield store
+    """
