@@ -67,12 +67,11 @@ async def main(argv: list[str] | None = None) -> int:
         handle = await Client(store).start(hello, args.name)
         try:
             result = await handle.result(timeout=args.timeout)
-        except TimeoutError:
+        except TimeoutError as exc:  # it says whether any live worker serves the run
             where = store.describe()  # what open_store() chose, password redacted
             print(
-                f"run {handle.run_id} did not finish within {args.timeout}s: is a worker "
-                f"running? steadyflow worker examples.hello --store {where['store']} "
-                f"--prefix {where['prefix']}",
+                f"{exc}\nstart a worker: steadyflow worker examples.hello "
+                f"--store {where['store']} --prefix {where['prefix']}",
                 file=sys.stderr,
             )
             return 1

@@ -37,6 +37,7 @@ from sdk._types import (
     RunRecord,
     RunStatus,
     Versions,
+    WorkerInfo,
 )
 from sdk._values import Serializer
 from sdk._worker import Worker
@@ -66,6 +67,7 @@ __all__ = [
     "SystemClock",
     "Versions",
     "Worker",
+    "WorkerInfo",
     "channel",
     "current_run",
     "current_step",

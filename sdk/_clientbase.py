@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -11,9 +12,9 @@ import attrs
 from sdk._clock import Clock
 from sdk._flowdef import FlowDef
 from sdk._registry import Registry, flow_def_of
-from sdk._runs import raise_refused, run_record
+from sdk._runs import raise_refused, run_record, utc
 from sdk._serde import dumps
-from sdk._types import EventType, RunRecord, RunStatus
+from sdk._types import EventType, RunRecord, RunStatus, WorkerInfo
 from sdk._values import Serializer
 from sdk.errors import Forbidden, RunCanceled, RunFailed, RunNotFound, SerializationError
 
@@ -22,7 +23,12 @@ if TYPE_CHECKING:
 
 __all__ = ["MAX_ID", "PRIORITY_RANGE", "Authorizer", "ClientBase", "RunHandle", "check_id"]
 
+log = logging.getLogger("steadyflow.client")
+
 MAX_ID = 256
+#: Seconds `RunHandle.result` waits on a pending run before it checks, once,
+#: that some live worker serves it (and logs a warning if none does).
+PENDING_HINT_AFTER = 5.0
 PRIORITY_RANGE = range(-4095, 4096)
 
 
@@ -74,7 +80,9 @@ class RunHandle:
         """
         store = self._client.store
         loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
+        began = loop.time()
+        deadline = None if timeout is None else began + timeout
+        warned = False
         while True:
             stored = await store.get_run(self.run_id)
             if stored is None:
@@ -86,9 +94,20 @@ class RunHandle:
                 return self._client._outcome(stored)
             wait = 5.0 if deadline is None else deadline - loop.time()
             if wait <= 0:
+                hint = await self._client._unserved(stored)
                 raise TimeoutError(
                     f"run {self.run_id!r} is still {stored.status.value} after {timeout}s"
+                    + (f": {hint}" if hint else "")
                 )
+            if (
+                not warned
+                and stored.status is RunStatus.PENDING
+                and loop.time() - began >= PENDING_HINT_AFTER
+            ):
+                warned = True  # once: pending for a while may just be a busy deployment
+                hint = await self._client._unserved(stored)
+                if hint:
+                    log.warning("run %s is still pending: %s", self.run_id, hint)
             await store.wait_finished(self.run_id, min(wait, 5.0))
 
 
@@ -136,6 +155,46 @@ class ClientBase:
             run_record(stored).result, declared, stored.result_type,
             f"result of run {stored.run_id!r}",
         )  # fmt: skip
+
+    async def workers(self) -> list[WorkerInfo]:
+        """The workers alive on this store and prefix, from their heartbeats.
+
+        A worker serving (`Worker.run`, ``steadyflow worker``) renews its
+        registration every third of its lease TTL and drops it when it stops;
+        one that died counts as alive until its last registration expires
+        (one lease TTL).
+        """
+        return [
+            WorkerInfo(
+                b.worker_id,
+                b.host,
+                b.pid,
+                b.flows,
+                b.queues,
+                b.concurrency,
+                b.in_flight,
+                utc(b.started_at),
+                utc(b.beat_at),
+            )
+            for b in await self.store.workers(self.clock.time())
+        ]
+
+    async def _unserved(self, stored: StoredRun) -> str | None:
+        """Why a pending run may not start: no live worker serves its flow and queue."""
+        if stored.status is not RunStatus.PENDING:
+            return None
+        try:
+            workers = await self.workers()
+        except Exception:  # a hint is not worth failing for
+            return None
+        if any(w.serves(stored.flow, stored.queue) for w in workers):
+            return None
+        return (
+            f"no live worker serves flow {stored.flow!r} on queue {stored.queue!r} "
+            f"({len(workers)} live worker(s) on this store and key prefix); start one with "
+            "the same store and prefix, e.g. `steadyflow worker MODULE` with STEADYFLOW_STORE "
+            "and STEADYFLOW_PREFIX set (in a FlowTestEnv, call run_until_idle())"
+        )
 
     def _outcome(self, stored: StoredRun) -> Any:
         """A finished run's result, or the error it ended with."""

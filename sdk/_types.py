@@ -24,6 +24,7 @@ __all__ = [
     "RunRecord",
     "RunStatus",
     "Versions",
+    "WorkerInfo",
 ]
 
 
@@ -210,3 +211,34 @@ class RunRecord:
     source_checkpoint_id: str | None = None
     root_run_id: str | None = None
     format_version: int = 2  # the store's format of the record (StoredRun.format_version)
+
+
+@attrs.frozen
+class WorkerInfo:
+    """A live worker, as its last heartbeat described it (`Client.workers`).
+
+    Attributes:
+        worker_id: its lease owner name (``host:pid:random`` by default).
+        host: the machine it runs on.
+        pid: its process id.
+        flows: the names of the flows it serves.
+        queues: the queues it serves; None for every queue.
+        concurrency: activations it runs at once.
+        in_flight: activations it was running at its last heartbeat.
+        started_at: when it started serving.
+        last_beat: its last heartbeat; it counts as alive for one lease TTL after.
+    """
+
+    worker_id: str
+    host: str
+    pid: int
+    flows: tuple[str, ...]
+    queues: tuple[str, ...] | None
+    concurrency: int
+    in_flight: int
+    started_at: datetime
+    last_beat: datetime
+
+    def serves(self, flow: str, queue: str) -> bool:
+        """Whether it claims runs of `flow` on `queue`."""
+        return flow in self.flows and (self.queues is None or queue in self.queues)

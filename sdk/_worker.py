@@ -26,6 +26,7 @@ from sdk._serde import converter as records
 from sdk._serde import dumps
 from sdk._types import ErrorInfo, Reason
 from sdk._values import Serializer
+from stores.protocol import WorkerBeat
 
 if TYPE_CHECKING:
     from stores.protocol import Claim, Store
@@ -123,6 +124,7 @@ class Worker:
             concurrency=concurrency, lease_ttl=self.lease_ttl,
         )  # fmt: skip
         self._stop = asyncio.Event()
+        self._started_at = self.clock.time()
         self._slot_freed = asyncio.Event()
         self._recovery_error = dumps(
             records.unstructure(
@@ -240,30 +242,52 @@ class Worker:
 
     # -- heartbeat -------------------------------------------------------------------
 
-    async def _heartbeat(self) -> None:
+    def _beat(self) -> WorkerBeat:
+        now = self.clock.time()
+        return WorkerBeat(
+            worker_id=self.owner, host=socket.gethostname(), pid=os.getpid(),
+            flows=tuple(sorted(self._served())),
+            queues=None if self.queues is None else tuple(self.queues),
+            concurrency=self.concurrency, in_flight=len(self._inflight),
+            started_at=self._started_at, beat_at=now, expires_at=now + self.lease_ttl,
+        )  # fmt: skip
+
+    async def _register(self) -> None:
+        """Tell the store this worker is alive and what it serves (clients look)."""
+        try:
+            await self.store.beat(self._beat())
+        except Exception:
+            log.exception("worker heartbeat failed; will try again")
+
+    async def _heartbeat(self, register: bool = False) -> None:
         interval = max(self.lease_ttl / 3, 0.05)
         while True:
             await asyncio.sleep(interval)
-            leases = [
-                (run_id, act.fence)
-                for run_id, (_, act) in self._inflight.items()
-                if act is not None and not act.crashed
-            ]
-            try:
-                await self.dispatcher.renew(self.clock.time() + self.lease_ttl)
-                if not leases:
-                    continue
-                lost = await self.store.renew(leases, self.clock.time() + self.lease_ttl)
-            except Exception:
-                log.exception("lease heartbeat failed; will try again")
-                continue
-            for run_id in lost:
-                entry = self._inflight.get(run_id)
-                if entry is not None and entry[1] is not None and not entry[1].suspending:
-                    log.warning(
-                        "run %s: lease lost (taken over or canceled); its writes will be refused",
-                        run_id,
-                    )
+            await self._renew_leases()
+            if register:  # after the leases: they are what a late heartbeat costs
+                await self._register()
+
+    async def _renew_leases(self) -> None:
+        leases = [
+            (run_id, act.fence)
+            for run_id, (_, act) in self._inflight.items()
+            if act is not None and not act.crashed
+        ]
+        try:
+            await self.dispatcher.renew(self.clock.time() + self.lease_ttl)
+            if not leases:
+                return
+            lost = await self.store.renew(leases, self.clock.time() + self.lease_ttl)
+        except Exception:
+            log.exception("lease heartbeat failed; will try again")
+            return
+        for run_id in lost:
+            entry = self._inflight.get(run_id)
+            if entry is not None and entry[1] is not None and not entry[1].suspending:
+                log.warning(
+                    "run %s: lease lost (taken over or canceled); its writes will be refused",
+                    run_id,
+                )
 
     # -- loops -----------------------------------------------------------------------
 
@@ -298,7 +322,9 @@ class Worker:
     async def run(self) -> None:
         """Serve until `stop()`: claim, execute, heartbeat, fire timers, recover."""
         self._stop.clear()
-        hb = asyncio.create_task(self._heartbeat())
+        self._started_at = self.clock.time()
+        await self._register()
+        hb = asyncio.create_task(self._heartbeat(register=True))
         outbox = asyncio.create_task(self.dispatcher.serve(self._stop))
         log.info("worker %s started (%s)", self.owner, self.store.describe())
         backoff = 0.1
@@ -332,6 +358,8 @@ class Worker:
             with contextlib.suppress(asyncio.CancelledError):
                 await hb
             await asyncio.gather(self._drain(), self.dispatcher.drain(self.grace_period))
+            with contextlib.suppress(Exception):  # else its registration just expires
+                await self.store.forget_worker(self.owner)
             log.info("worker %s stopped", self.owner)
 
     async def _wait_ready(self, timeout: float) -> None:

@@ -46,6 +46,9 @@ SUFFIX = {
     "outbox": "obq:",  # ZSET  pending intent id -> due time or lease expiry (+ channel)
     "outbox_wake": "obw:",  # LIST  wake-up tokens for dispatchers (+ channel)
     "intent_seq": "obseq",  # STRING intent id counter
+    # Workers of the deployment (kept in partition 0), from their heartbeats.
+    "workers": "workers",  # ZSET  worker id -> when its registration expires
+    "worker": "worker",  # HASH  worker id -> its last heartbeat, JSON
 }
 
 #: The suffixes of the keys that belong to one run (base + suffix + run id):
@@ -59,7 +62,7 @@ RUN_SUFFIXES = (
 #: The suffixes of the keys a partition's runs share (indexes, queues, feed, outbox).
 SHARED_SUFFIXES = (
     "feed", "queue", "wake", "status", "queues", "seq", "timers", "leases", "runs", "expiry",
-    "intent", "outbox", "outbox_wake", "intent_seq",
+    "intent", "outbox", "outbox_wake", "intent_seq", "workers", "worker",
 )  # fmt: skip
 
 
@@ -128,6 +131,12 @@ class Keys:
 
     def outbox_wake(self, partition: int, channel: str) -> str:
         return self.base(partition) + SUFFIX["outbox_wake"] + channel
+
+    def workers(self) -> str:
+        return self.base(0) + SUFFIX["workers"]
+
+    def worker(self) -> str:
+        return self.base(0) + SUFFIX["worker"]
 
     def pattern(self) -> str:
         """A SCAN pattern matching every key of this deployment."""

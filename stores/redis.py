@@ -25,6 +25,7 @@ from stores._outbox import Outbox
 from stores._reads import Reads
 from stores._redispy import script_runner
 from stores._scripts import build_scripts
+from stores._workers import Workers
 from stores.protocol import (
     Claim,
     Consumed,
@@ -68,7 +69,7 @@ def _refused(reply: Any) -> Refused | None:
     return Refused(why, status, RunStatus(b) if b else None)
 
 
-class RedisStore(Reads, Outbox):
+class RedisStore(Reads, Outbox, Workers):
     """Steadyflow's storage on Redis (or on fakeredis, for ``memory://``).
 
     Args:

@@ -136,6 +136,24 @@ async def test_hello_end_to_end_with_a_worker_process_on_real_redis(
 
 @pytest.mark.redis
 @pytest.mark.slow
+async def test_hello_without_a_worker_says_nobody_serves_it_and_how_to_start_one(
+    real_store: RedisStore, redis_url: str, key_prefix: str
+) -> None:
+    starter = await _exec(
+        "-m", "examples.hello", "--store", redis_url, "--prefix", key_prefix, "--timeout", "0.2"
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(starter.communicate(), timeout=45)
+
+    assert starter.returncode == 1
+    assert out == b""
+    text = err.decode()
+    assert "is still pending after 0.2s: no live worker serves flow 'examples.hello'" in text
+    assert f"steadyflow worker examples.hello --store {redis_url}" in text
+    assert f"--prefix {key_prefix}" in text
+
+
+@pytest.mark.redis
+@pytest.mark.slow
 def test_the_demo_prints_the_greeting_and_leaves_no_key_behind(redis_url: str) -> None:
     probe = redis.Redis.from_url(redis_url)
     env = {**os.environ, "STEADYFLOW_STORE": redis_url, "STEADYFLOW_PREFIX": "not-the-demos"}

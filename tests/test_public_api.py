@@ -23,6 +23,8 @@ DOCUMENTED_SDK = {
     "Registry",
     # docs/api.md "Serialization": the converter as an object you pass
     "Serializer",
+    # docs/api.md "Client": Client.workers() lists these
+    "WorkerInfo",
 }  # fmt: skip
 
 

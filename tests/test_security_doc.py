@@ -146,6 +146,8 @@ async def test_the_app_user_runs_every_operation_and_the_read_user_reads(
                 await asyncio.sleep(0.1)
                 await env.client.signal("sd-2", "go", 7)
                 assert await waiting == 7
+                # the read-only user lists the workers (the worker's beats prune them)
+                assert [w.worker_id for w in await reader.workers()] == [worker.owner]
             finally:
                 await worker.stop()
                 await serving

@@ -49,6 +49,7 @@ from testing.conformance._outbox import OutboxChecks  # noqa: E402
 from testing.conformance._retention import RetentionChecks  # noqa: E402
 from testing.conformance._runs import RunChecks  # noqa: E402
 from testing.conformance._waits import WaitChecks  # noqa: E402
+from testing.conformance._workers import WorkerChecks  # noqa: E402
 
 __all__ = ["StoreConformance"]
 
@@ -68,6 +69,7 @@ class StoreConformance(
     OutboxChecks,
     RunIdChecks,
     EngineChecks,
+    WorkerChecks,
 ):
     """Every check of the store protocol, for pytest to collect in a subclass.
 

@@ -1,0 +1,297 @@
+"""The records that cross the store seam, and the outcomes a store reports.
+
+Part of the store protocol (`stores.protocol` exports them). JSON texts are
+the engine's, kept opaque by stores.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import attrs
+
+from stores._lifecycle import CheckpointKind, EventType, RunStatus
+
+__all__ = [
+    "Claim",
+    "Consumed",
+    "Delivery",
+    "IntentClaim",
+    "Lineage",
+    "Mailbox",
+    "NewIntent",
+    "NewRun",
+    "Parked",
+    "Refusal",
+    "Refused",
+    "StartOutcome",
+    "StepEvent",
+    "StoredCheckpoint",
+    "StoredEvent",
+    "StoredIntent",
+    "StoredRun",
+    "TickResult",
+    "WorkerBeat",
+]
+
+
+# -- what a store is asked to write ------------------------------------------------
+
+
+@attrs.frozen
+class Mailbox:
+    """Where signals for one ``wait_for`` name wait: plain signals, or human decisions."""
+
+    name: str
+    human: bool = False
+
+
+@attrs.frozen
+class NewRun:
+    """What starting a run (or deriving one by replay or fork) writes.
+
+    JSON texts are the engine's, kept as they are: `args`, `retry`, `versions`.
+    """
+
+    run_id: str
+    flow: str
+    flow_version: str | None
+    args: str
+    args_hash: str
+    queue: str
+    priority: int
+    tenant_id: str | None
+    created_at: float
+    thread_id: str | None = None
+    trace_id: str | None = None  # default: the run id
+    environment: str | None = None
+    versions: str | None = None  # JSON
+    policy_snapshot_id: str | None = None
+    source_run_id: str | None = None
+    source_checkpoint_id: str | None = None
+    root_run_id: str | None = None
+    retry: str | None = None  # JSON of a retry policy that replaces the flow's default
+    retention: float | None = None  # seconds a completed or canceled run is kept
+
+
+@attrs.frozen
+class StepEvent:
+    """What a journal write announces, in the same write: an event (type and JSON
+    data) and, when `checkpoint` is set, a checkpoint of that kind."""
+
+    type: EventType
+    data: str = ""
+    checkpoint: CheckpointKind | None = None
+
+
+@attrs.frozen
+class NewIntent:
+    """An outbound intent a step attempt emitted, written with the step's record."""
+
+    channel: str
+    idempotency_key: str
+    body: str  # JSON: run_id, step_key, channel, payload, idempotency_key, created_at
+
+
+class Delivery(enum.StrEnum):
+    """How a delivery of an outbound intent ended (`Store.settle_intent`)."""
+
+    SENT = "sent"
+    RETRY = "retry"  # failed; due again at a given time
+    DEAD = "dead"  # failed for good
+    RELEASE = "release"  # handed back undone (worker shutdown): due now
+
+
+# -- what a store returns -----------------------------------------------------------
+
+
+@attrs.frozen
+class StoredRun:
+    """A run as stored. JSON texts are the engine's, as it wrote them."""
+
+    run_id: str
+    flow: str
+    status: RunStatus
+    created_at: float
+    queue: str
+    priority: int
+    args: str
+    fence: int
+    flow_version: str | None = None
+    tenant_id: str | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+    current_step: str | None = None
+    result: str | None = None  # JSON
+    result_type: str | None = None
+    error: str | None = None  # JSON
+    reason: str | None = None
+    recoveries: int = 0
+    thread_id: str | None = None
+    trace_id: str | None = None
+    environment: str | None = None
+    versions: str | None = None  # JSON
+    policy_snapshot_id: str | None = None
+    checkpoint_head: int = 0  # 0: none yet
+    resume_from_checkpoint: int = 0
+    source_run_id: str | None = None
+    source_checkpoint_id: str | None = None
+    root_run_id: str | None = None
+    retry: str | None = None  # JSON
+    format_version: int = 1
+
+
+@attrs.frozen
+class Claim:
+    """A run a worker now holds a lease on, with its whole journal (step key ->
+    record JSON), the mailboxes that held signals when it was claimed, and the
+    reusable records of its lineage (a replay's or fork's source runs)."""
+
+    run: StoredRun
+    journal: dict[str, str]
+    mail: frozenset[Mailbox] = frozenset()
+    lineage: dict[str, str] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class StoredCheckpoint:
+    """A checkpoint: `seq` counts the journal writes it covers."""
+
+    checkpoint_id: int
+    kind: CheckpointKind
+    step_key: str | None
+    status: RunStatus
+    at: float
+    seq: int
+
+
+@attrs.frozen
+class Lineage:
+    """What a replay or fork reads of its source, in one round trip: the run, its
+    journal, each record's write number (the checkpoints' `seq` order), its
+    lineage records, and its checkpoints (oldest first)."""
+
+    run: StoredRun
+    journal: dict[str, str]
+    written: dict[str, int]
+    lineage: dict[str, str]
+    checkpoints: list[StoredCheckpoint]
+
+
+@attrs.frozen
+class StoredEvent:
+    """One event of a run's log, with its stable cursor."""
+
+    event_id: str
+    run_id: str
+    type: str  # an EventType value, or a newer one
+    at: float
+    step_key: str | None = None
+    data: str | None = None  # JSON
+
+
+@attrs.frozen
+class StartOutcome:
+    """`created` is False when the run id existed: `conflict` when with other arguments."""
+
+    created: bool
+    status: RunStatus
+    conflict: bool = False
+
+
+@attrs.frozen
+class TickResult:
+    """Timers fired and runs recovered by one `tick`, and when the next is due."""
+
+    fired: int
+    recovered: int
+    next_due: float | None
+
+
+class Consumed(enum.Enum):
+    """What `Store.consume` did."""
+
+    SIGNAL = "signal"  # took a signal (its payload comes with it)
+    TIMEOUT = "timeout"  # the deadline had passed: recorded the timeout
+    EMPTY = "empty"  # nothing to take, deadline not reached
+    FENCED = "fenced"  # the activation's lease is lost: nothing written
+
+
+class Parked(enum.Enum):
+    """What `Store.suspend` did."""
+
+    PARKED = "parked"
+    READY = "ready"  # a signal or the deadline is already there: queued again
+    FENCED = "fenced"
+
+
+class Refusal(enum.Enum):
+    """Why a store changed nothing."""
+
+    NOT_FOUND = "not_found"
+    TRANSITION = "transition"  # `status` cannot move to `requested`
+    NOT_FINISHED = "not_finished"  # deleting a run that has not finished
+    NOT_WAITING = "not_waiting"  # a decision for a run not waiting for it
+    FORBIDDEN = "forbidden"  # `actor` is not among the wait's approvers (audited)
+    FENCED = "fenced"  # the activation's lease is lost
+    EXISTS = "exists"  # the new run's id is taken
+
+
+@attrs.frozen
+class Refused:
+    """A store's refusal: nothing was written (but an audit event, for FORBIDDEN)."""
+
+    why: Refusal
+    status: RunStatus | None = None
+    requested: RunStatus | None = None
+    actor: str | None = None
+
+
+@attrs.frozen
+class IntentClaim:
+    """An outbox intent leased to a dispatcher for one delivery.
+
+    `delivery` is its delivery number (the fencing token of `settle_intent`);
+    `failures` the failed deliveries before this one; `body` the intent's JSON.
+    """
+
+    intent_id: str
+    run_id: str
+    body: str
+    delivery: int
+    failures: int
+
+
+@attrs.frozen
+class StoredIntent:
+    """An outbox intent as stored (`Store.intents`)."""
+
+    intent_id: str
+    step_key: str
+    channel: str
+    body: str  # JSON
+    status: str  # pending, sent, dead, canceled
+    deliveries: int
+    failures: int
+    error: str | None = None  # JSON
+    updated_at: float | None = None
+    due: float | None = None
+
+
+@attrs.frozen
+class WorkerBeat:
+    """A worker's heartbeat: who it is and what it serves, alive until `expires_at`.
+
+    `flows` are the flow names it serves; `queues` None means every queue.
+    """
+
+    worker_id: str
+    host: str
+    pid: int
+    flows: tuple[str, ...]
+    queues: tuple[str, ...] | None
+    concurrency: int
+    in_flight: int
+    started_at: float
+    beat_at: float
+    expires_at: float

@@ -1,0 +1,55 @@
+"""The Redis store's registry of live workers, from their heartbeats.
+
+Each worker keeps a JSON record of itself in a hash and an entry in a sorted
+set scored by when that record expires (from the injected clock, never a key
+TTL), both in partition 0. Each beat also drops the registrations that
+expired (atomically, in its script, so a worker renewing meanwhile keeps its
+record); reading only reads, so a read-only user can list workers.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import attrs
+
+from stores._base import RedisBase
+from stores._codec import num
+from stores._records import WorkerBeat
+
+__all__ = ["Workers"]
+
+
+class Workers(RedisBase):
+    """`beat`, `forget_worker`, `workers`."""
+
+    async def beat(self, beat: WorkerBeat) -> None:
+        record = json.dumps(attrs.asdict(beat), separators=(",", ":"), ensure_ascii=False)
+        await self._call(
+            "beat",
+            [self.keys.workers()],
+            [self.keys.base(0), beat.worker_id, record, num(beat.expires_at), num(beat.beat_at)],
+        )
+
+    async def forget_worker(self, worker_id: str) -> None:
+        await self._call("forget_worker", [self.keys.workers()], [self.keys.base(0), worker_id])
+
+    async def workers(self, now: float) -> list[WorkerBeat]:
+        # Reads only (a read-only user may list workers); writers prune.
+        async with self.client.pipeline(transaction=False) as pipe:
+            pipe.zrangebyscore(self.keys.workers(), f"({num(now)}", "+inf")
+            pipe.hgetall(self.keys.worker())
+            alive, records = await pipe.execute()
+        return [_beat(json.loads(records[w])) for w in alive if w in records]
+
+
+def _beat(data: dict[str, Any]) -> WorkerBeat:
+    queues = data.get("queues")
+    return WorkerBeat(
+        worker_id=data["worker_id"], host=data["host"], pid=int(data["pid"]),
+        flows=tuple(data["flows"]), queues=None if queues is None else tuple(queues),
+        concurrency=int(data["concurrency"]), in_flight=int(data["in_flight"]),
+        started_at=float(data["started_at"]), beat_at=float(data["beat_at"]),
+        expires_at=float(data["expires_at"]),
+    )  # fmt: skip
