@@ -28,8 +28,9 @@ from typing import Any
 from bench import flows
 from bench._common import bench_store, emit, new_prefix, parser, profiled, summary, table
 from sdk import Client, RunStatus, Worker
-from sdk._activation import Activation, Engine
+from sdk._activation import Activation
 from sdk._clock import SystemClock
+from sdk._engine import Engine
 from sdk._journal import Journal
 from sdk._registry import Registry
 

@@ -31,30 +31,25 @@ import uuid
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
-import attrs
-
 from sdk import _ending, _steprun, _waits
 from sdk._aio import FlowLoop, FlowTask, interested
-from sdk._clock import Clock
 from sdk._context import RunContext, _run_var
 from sdk._cursor import ReplayCursor
-from sdk._intercept import Abandon, Interceptor
+from sdk._engine import Engine
+from sdk._intercept import Abandon
 from sdk._journal import Journal, Kind, Record, State
 from sdk._ops import NowOp, Op, Outcome, SleepOp, StepOp, TimerOp, UuidOp, ValueOp, WaitOp
-from sdk._registry import Registry
 from sdk._retry import RetryPolicy
 from sdk._types import Reason
-from sdk._values import Serializer
 from sdk._writes import Stop, Writes
 from sdk.errors import LeaseLost
-from stores.protocol import Mailbox, Store, StoredRun
+from stores.protocol import Mailbox, StoredRun
 
 if TYPE_CHECKING:
-    from sdk._client import Client
     from sdk._flowdef import FlowDef
     from sdk._step import StepSpec
 
-__all__ = ["Activation", "Engine"]
+__all__ = ["Activation"]
 
 log = logging.getLogger("steadyflow.worker")
 
@@ -69,30 +64,6 @@ class _Evicted(BaseException):
         if token is not _TOKEN:
             raise TypeError("the eviction signal is raised by Steadyflow only")
         super().__init__("this activation of the run ended (it parked, finished or stopped)")
-
-
-@attrs.define
-class Engine:
-    """What every activation of a worker shares."""
-
-    store: Store
-    clock: Clock
-    owner: str
-    inline_backoff_max: float = 1.0
-    interceptors: list[Interceptor] = attrs.field(factory=list)
-    serializer: Serializer = attrs.field(factory=Serializer.default)
-    registry: Registry = attrs.field(factory=Registry.default)
-    _client: Client | None = None
-
-    def client(self) -> Client:
-        """A client on the worker's store, registry and serializer (made once)."""
-        if self._client is None:
-            from sdk._client import Client  # the client is a higher layer than the engine
-
-            self._client = Client(
-                self.store, clock=self.clock, registry=self.registry, converter=self.serializer
-            )
-        return self._client
 
 
 class _DurableTimer(asyncio.TimerHandle):

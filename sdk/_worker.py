@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 import cattrs
 
-from sdk._activation import Activation, Engine
+from sdk._activation import Activation
 from sdk._clock import Clock, SystemClock
 from sdk._dispatch import Dispatcher
+from sdk._engine import Engine
 from sdk._flowdef import FlowDef
 from sdk._intercept import Interceptor
 from sdk._journal import Journal

@@ -14,6 +14,8 @@ from stores.protocol import (
     Claim,
     Mailbox,
     NewRun,
+    Refusal,
+    Refused,
     RunStatus,
     StoredCheckpoint,
     StoredEvent,
@@ -31,6 +33,7 @@ __all__ = [
     "mailbox_name",
     "num",
     "parse_mailbox",
+    "refused",
     "run_fields",
     "scope",
     "splice_prefix",
@@ -229,3 +232,27 @@ def intent(intent_id: str, h: dict[str, str]) -> StoredIntent:
         updated_at=_float(h.get("at")),
         due=_float(h.get("due")),
     )
+
+
+_REFUSALS = {
+    "not_found": Refusal.NOT_FOUND,
+    "transition": Refusal.TRANSITION,
+    "not_terminal": Refusal.NOT_FINISHED,
+    "not_waiting": Refusal.NOT_WAITING,
+    "forbidden": Refusal.FORBIDDEN,
+    "exists": Refusal.EXISTS,
+}
+
+
+def refused(reply: Any) -> Refused | None:
+    """A script's error reply ``{'err', code, a, b}`` as a `Refused`; None otherwise."""
+    if not (isinstance(reply, list) and reply and reply[0] == "err"):
+        return None
+    why = _REFUSALS.get(reply[1])
+    if why is None:
+        raise RuntimeError(f"store script failed with {reply!r}")
+    a, b = (reply[2] if len(reply) > 2 else ""), (reply[3] if len(reply) > 3 else "")
+    if why is Refusal.FORBIDDEN:
+        return Refused(why, actor=a)
+    status = RunStatus(a) if a else None
+    return Refused(why, status, RunStatus(b) if b else None)

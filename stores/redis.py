@@ -20,6 +20,7 @@ from redis.backoff import ExponentialWithJitterBackoff
 
 from stores import _codec
 from stores._codec import num
+from stores._control import Control
 from stores._keys import Keys
 from stores._outbox import Outbox
 from stores._reads import Reads
@@ -45,31 +46,8 @@ from stores.protocol import (
 
 __all__ = ["RedisStore"]
 
-_REFUSALS = {
-    "not_found": Refusal.NOT_FOUND,
-    "transition": Refusal.TRANSITION,
-    "not_terminal": Refusal.NOT_FINISHED,
-    "not_waiting": Refusal.NOT_WAITING,
-    "forbidden": Refusal.FORBIDDEN,
-    "exists": Refusal.EXISTS,
-}
 
-
-def _refused(reply: Any) -> Refused | None:
-    """A script's error reply ``{'err', code, a, b}`` as a `Refused`; None otherwise."""
-    if not (isinstance(reply, list) and reply and reply[0] == "err"):
-        return None
-    why = _REFUSALS.get(reply[1])
-    if why is None:
-        raise RuntimeError(f"store script failed with {reply!r}")
-    a, b = (reply[2] if len(reply) > 2 else ""), (reply[3] if len(reply) > 3 else "")
-    if why is Refusal.FORBIDDEN:
-        return Refused(why, actor=a)
-    status = RunStatus(a) if a else None
-    return Refused(why, status, RunStatus(b) if b else None)
-
-
-class RedisStore(Reads, Outbox, Workers):
+class RedisStore(Reads, Control, Outbox, Workers):
     """Steadyflow's storage on Redis (or on fakeredis, for ``memory://``).
 
     Args:
@@ -222,7 +200,7 @@ class RedisStore(Reads, Outbox, Workers):
                 *(x for pair in lineage for x in pair),
             ],
         )  # fmt: skip
-        return _refused(reply)
+        return _codec.refused(reply)
 
     async def get_run(self, run_id: str) -> StoredRun | None:
         h: Any = await self.client.hgetall(self.keys.run(run_id))
@@ -434,7 +412,7 @@ class RedisStore(Reads, Outbox, Workers):
         )  # fmt: skip
         if reply == -1:
             return Refused(Refusal.FENCED)
-        return _refused(reply)
+        return _codec.refused(reply)
 
     async def release(self, run_id: str, fence: int) -> None:
         k = self.keys
@@ -466,67 +444,6 @@ class RedisStore(Reads, Outbox, Workers):
             recovered += int(r)
             due += [float(x) for x in (nt, nl) if x != ""]
         return TickResult(fired, recovered, min(due) if due else None)
-
-    # -- what clients do ---------------------------------------------------------
-
-    async def signal(
-        self,
-        run_id: str,
-        mailbox: Mailbox,
-        payload: str,
-        dedup_id: str | None,
-        *,
-        now: float = 0.0,
-        event_data: str = "",
-        decision_by: str | None = None,
-    ) -> bool | Refused:
-        k = self.keys
-        reply = await self._call(
-            "signal",
-            [k.run(run_id)],
-            [k.base_of(run_id), run_id, _codec.mailbox_name(mailbox), payload, dedup_id or "",
-             num(now), event_data, "1" if decision_by is not None else "", decision_by or ""],
-        )  # fmt: skip
-        refused = _refused(reply)
-        return refused if refused is not None else bool(reply[0] == 1)
-
-    async def audit(
-        self, run_id: str, event_type: EventType, now: float, event_data: str
-    ) -> Refused | None:
-        k = self.keys
-        reply = await self._call(
-            "audit",
-            [k.run(run_id)],
-            [k.base_of(run_id), run_id, str(event_type), num(now), event_data],
-        )
-        return _refused(reply)
-
-    async def cancel(
-        self, run_id: str, reason: str, now: float, *, event_data: str = ""
-    ) -> Refused | None:
-        k = self.keys
-        reply = await self._call(
-            "cancel", [k.run(run_id)], [k.base_of(run_id), run_id, reason, num(now), event_data]
-        )
-        return _refused(reply)
-
-    async def resume(
-        self, run_id: str, discard_key: str | None, *, now: float = 0.0, event_data: str = ""
-    ) -> Refused | None:
-        k = self.keys
-        reply = await self._call(
-            "resume",
-            [k.run(run_id), k.journal(run_id)],
-            [k.base_of(run_id), run_id, discard_key or "", num(now), event_data],
-        )
-        return _refused(reply)
-
-    async def delete(self, run_id: str, now: float, *, event_data: str = "") -> Refused | None:
-        k = self.keys
-        reply = await self._call(
-            "delete", [k.run(run_id)], [k.base_of(run_id), run_id, num(now), event_data]
-        )
-        return _refused(reply)
 
 
 def _redact(url: str) -> str:

@@ -1,0 +1,42 @@
+"""What every activation of one worker shares: store, clock, owner, hooks, codecs."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import attrs
+
+from sdk._clock import Clock
+from sdk._intercept import Interceptor
+from sdk._registry import Registry
+from sdk._values import Serializer
+from stores.protocol import Store
+
+if TYPE_CHECKING:
+    from sdk._client import Client
+
+__all__ = ["Engine"]
+
+
+@attrs.define
+class Engine:
+    """What every activation of a worker shares."""
+
+    store: Store
+    clock: Clock
+    owner: str
+    inline_backoff_max: float = 1.0
+    interceptors: list[Interceptor] = attrs.field(factory=list)
+    serializer: Serializer = attrs.field(factory=Serializer.default)
+    registry: Registry = attrs.field(factory=Registry.default)
+    _client: Client | None = None
+
+    def client(self) -> Client:
+        """A client on the worker's store, registry and serializer (made once)."""
+        if self._client is None:
+            from sdk._client import Client  # the client is a higher layer than the engine
+
+            self._client = Client(
+                self.store, clock=self.clock, registry=self.registry, converter=self.serializer
+            )
+        return self._client

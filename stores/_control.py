@@ -1,0 +1,73 @@
+"""The Redis store's calls that steer a run from outside: signal, audit,
+cancel, resume, delete (each one script on the run's partition)."""
+
+from __future__ import annotations
+
+from stores._base import RedisBase
+from stores._codec import mailbox_name, num, refused
+from stores.protocol import EventType, Mailbox, Refused
+
+__all__ = ["Control"]
+
+
+class Control(RedisBase):
+    """`signal`, `audit`, `cancel`, `resume`, `delete`."""
+
+    async def signal(
+        self,
+        run_id: str,
+        mailbox: Mailbox,
+        payload: str,
+        dedup_id: str | None,
+        *,
+        now: float = 0.0,
+        event_data: str = "",
+        decision_by: str | None = None,
+    ) -> bool | Refused:
+        k = self.keys
+        reply = await self._call(
+            "signal",
+            [k.run(run_id)],
+            [k.base_of(run_id), run_id, mailbox_name(mailbox), payload, dedup_id or "",
+             num(now), event_data, "1" if decision_by is not None else "", decision_by or ""],
+        )  # fmt: skip
+        no = refused(reply)
+        return no if no is not None else bool(reply[0] == 1)
+
+    async def audit(
+        self, run_id: str, event_type: EventType, now: float, event_data: str
+    ) -> Refused | None:
+        k = self.keys
+        reply = await self._call(
+            "audit",
+            [k.run(run_id)],
+            [k.base_of(run_id), run_id, str(event_type), num(now), event_data],
+        )
+        return refused(reply)
+
+    async def cancel(
+        self, run_id: str, reason: str, now: float, *, event_data: str = ""
+    ) -> Refused | None:
+        k = self.keys
+        reply = await self._call(
+            "cancel", [k.run(run_id)], [k.base_of(run_id), run_id, reason, num(now), event_data]
+        )
+        return refused(reply)
+
+    async def resume(
+        self, run_id: str, discard_key: str | None, *, now: float = 0.0, event_data: str = ""
+    ) -> Refused | None:
+        k = self.keys
+        reply = await self._call(
+            "resume",
+            [k.run(run_id), k.journal(run_id)],
+            [k.base_of(run_id), run_id, discard_key or "", num(now), event_data],
+        )
+        return refused(reply)
+
+    async def delete(self, run_id: str, now: float, *, event_data: str = "") -> Refused | None:
+        k = self.keys
+        reply = await self._call(
+            "delete", [k.run(run_id)], [k.base_of(run_id), run_id, num(now), event_data]
+        )
+        return refused(reply)
