@@ -187,6 +187,10 @@ class FlowLoop(asyncio.AbstractEventLoop):
             if current is not None:
                 tasks._enter_task(outer, current)  # type: ignore[arg-type]
 
+    def quiet(self) -> bool:
+        """Whether nothing but the running task is ready to run in this round."""
+        return not self._ready
+
     def schedule(self, handle: asyncio.Handle) -> None:
         """Run `handle` in the coming round (a durable timer that fired)."""
         self._ready.append(handle)

@@ -35,6 +35,8 @@ class ReplayCursor:
         self.flow = flow
         self.journal = journal
         self.round = 0  # the last round delivered
+        self._rounds = sorted(journal.rounds)  # the recorded rounds, in order
+        self._next_round = 0  # index in _rounds of the first one after `round`
         self.live = not journal.by_pos  # past the last recorded round
         self.fatal: NonDeterminismError | None = None
         self.ops: dict[int, Op] = {}  # calls made and not delivered yet, by position
@@ -71,9 +73,17 @@ class ReplayCursor:
     def admit(self, op: Op) -> None:
         """Check a call against the journal and file it: recorded (replayed in its
         round) or new (started live). Raises `NonDeterminismError`."""
+        self.check(op)
+        self.file(op)
+
+    def check(self, op: Op) -> None:
+        """Set `op.record` from the journal. Raises `NonDeterminismError`."""
         if self.fatal is not None:
             raise self.fatal
         op.record = self._check(op.key, op.pos)
+
+    def file(self, op: Op) -> None:
+        """File a checked call: its recorded round, or the live frontier."""
         self.ops[op.pos] = op
         rec = op.delivery
         if rec is None:
@@ -113,10 +123,13 @@ class ReplayCursor:
         if self._asap:
             ops, self._asap = sorted(self._asap, key=_pos), []
             return ops
-        later = [r for r in self.journal.rounds if r > self.round]
-        if not later:
+        rounds, i = self._rounds, self._next_round
+        while i < len(rounds) and rounds[i] <= self.round:
+            i += 1
+        self._next_round = i
+        if i == len(rounds):
             return None
-        r = min(later)
+        r = rounds[i]
         positions = sorted(self.journal.rounds[r])
         missing = [p for p in positions if p not in self.ops]
         if missing:
@@ -131,6 +144,22 @@ class ReplayCursor:
             return None
         self.round = r
         return [self.ops[p] for p in positions]
+
+    def take_alone(self, rec: Record) -> bool:
+        """Whether the next recorded round delivers `rec`, a checked call's recorded
+        outcome, alone; if so, that round is now delivered (the call needs no
+        filing). What `next_recorded` would return as [the call] once the flow
+        blocks."""
+        if rec.r is None or self.live or self._asap:
+            return False
+        rounds, i = self._rounds, self._next_round
+        while i < len(rounds) and rounds[i] <= self.round:
+            i += 1
+        self._next_round = i
+        if i == len(rounds) or rounds[i] != rec.r or len(self.journal.rounds[rec.r]) != 1:
+            return False
+        self.round = rec.r
+        return True
 
     def delivered(self, op: Op) -> None:
         self.ops.pop(op.pos, None)

@@ -105,6 +105,13 @@ class Op:
         """What a recorded outcome means to the flow."""
         raise TypeError(f"{type(self).__name__} has no recorded outcome")  # pragma: no cover
 
+    def replayed(self, rec: Record, serializer: Serializer) -> Any:
+        """The recorded outcome, returned or raised (as awaiting its delivery would)."""
+        outcome = self.outcome(rec, serializer)
+        if outcome.error is not None:
+            raise outcome.error
+        return outcome.value
+
 
 @attrs.define(eq=False)
 class StepOp(Op):
@@ -134,6 +141,11 @@ class StepOp(Op):
             return Outcome(value)
         reason = _reason(rec.reason)
         return Outcome(error=tag(rebuild_exception(rec.error or {}, self.key), self.key, reason))
+
+    def replayed(self, rec: Record, serializer: Serializer) -> Any:
+        if rec.state is State.OK:  # the common case, without an Outcome
+            return serializer.decode(rec.value, self.spec.return_type(), rec.type, self.what)
+        return super().replayed(rec, serializer)
 
 
 @attrs.define(eq=False)

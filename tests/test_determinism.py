@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from collections import Counter
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 
 from sdk import current_run, flow, now, step, uuid4, wait_for
+from sdk._aio import FlowLoop
 from sdk.errors import NonDeterminismError, RunFailed
 from stores.redis import RedisStore
 from testing import FakeClock, FlowTestEnv
@@ -256,3 +258,79 @@ async def test_a_flow_that_returns_before_its_recorded_calls_fails_with_non_dete
     assert info.value.error.reason == "non_determinism"
     assert "the flow returned before call #1" in info.value.error.message
     assert "tests.determinism.tail#2" in info.value.error.message
+
+
+# -- replaying a call the journal delivers alone: without a round trip through the driver --
+
+TRAIL: list[str] = []
+
+
+@step(name="tests.determinism.mark")
+async def mark(label: str) -> str:
+    TRAIL.append(label)
+    return label
+
+
+async def side(n: int) -> list[str]:
+    return [await mark(f"side{i}") for i in range(n)]
+
+
+@flow(name="tests.determinism.mixed")
+async def mixed() -> list[str]:
+    out = [await mark("a"), await mark("b")]  # sequential: replayed inline
+    helper = asyncio.create_task(side(2))  # interleaves with the main task
+    out.append(await mark("c"))
+    out += await asyncio.gather(mark("g1"), mark("g2"))
+    out += await helper
+    out.append(str(await wait_for("go")))
+    out.append(await mark("d"))
+    return out
+
+
+async def test_a_replay_takes_the_live_path_whether_or_not_calls_are_delivered_inline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    expected = ["a", "b", "c", "g1", "g2", "side0", "side1", "x", "d"]
+    results = []
+    for inline in (True, False):
+        if not inline:  # the driver delivers every round itself
+            monkeypatch.setattr(FlowLoop, "quiet", lambda self: False)
+        TRAIL.clear()
+        async with FlowTestEnv() as env:
+            handle = await env.start(mixed)
+            await env.run_until_idle()
+            live = list(TRAIL)
+            await env.client.signal(handle.run_id, "go", "x")
+            await env.run_until_idle()
+            results.append(await handle.result(timeout=1))
+            assert [*live, "d"] == TRAIL  # the replay ran no recorded step again
+    assert results == [expected, expected]
+
+
+@flow(name="tests.determinism.chain")
+async def chain(n: int) -> int:
+    for i in range(n):
+        await mark(str(i))
+    await wait_for("go")
+    return n
+
+
+async def test_a_sequential_replay_runs_in_a_few_rounds_not_one_per_step(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    rounds = 0
+    run_ready = FlowLoop.run_ready
+
+    def counted(self: FlowLoop) -> None:
+        nonlocal rounds
+        rounds += 1
+        run_ready(self)
+
+    async with FlowTestEnv() as env:
+        handle = await env.start(chain, 200)
+        await env.run_until_idle()
+        monkeypatch.setattr(FlowLoop, "run_ready", counted)
+        await env.client.signal(handle.run_id, "go")
+        await env.run_until_idle()
+        assert await handle.result(timeout=1) == 200
+    assert rounds < 5  # not one per replayed step
