@@ -24,6 +24,7 @@ from sdk.errors import StepError
 
 __all__ = [
     "FORMAT_VERSION",
+    "acyclic_encoder",
     "configure",
     "converter",
     "dumps",
@@ -86,6 +87,42 @@ _COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 def dumps(value: Any) -> str:
     """Compact JSON text."""
     return _COMPACT.encode(value)
+
+
+def acyclic_encoder(
+    *,
+    sort_keys: bool = False,
+    ensure_ascii: bool = False,
+    default: Callable[[Any], Any] | None = None,
+) -> Callable[[Any], str]:
+    """A compact JSON encoder for data known to hold no reference cycle (checked
+    already, or scalars only): what ``json.JSONEncoder.encode`` writes, without
+    building its C encoder again on every call (about half its cost on a small
+    record). Data with a cycle raises `ValueError`, as with `dumps`, once the
+    recursion limit is hit."""
+    fallback = json.JSONEncoder(
+        separators=(",", ":"), ensure_ascii=ensure_ascii, sort_keys=sort_keys, default=default
+    )
+    make = json.encoder.c_make_encoder  # type: ignore[attr-defined]
+    strings = (
+        json.encoder.c_encode_basestring_ascii  # type: ignore[attr-defined]
+        if ensure_ascii
+        else json.encoder.c_encode_basestring  # type: ignore[attr-defined]
+    )
+    if make is None or strings is None:  # no C accelerator (not CPython)
+        return fallback.encode
+    chunks = make(
+        None, fallback.default, strings, None, ":", ",", sort_keys, False, True,
+    )  # fmt: skip
+    join = "".join
+
+    def encode(value: Any) -> str:
+        try:
+            return join(chunks(value, 0))
+        except RecursionError:
+            return fallback.encode(value)  # says "Circular reference detected"
+
+    return encode
 
 
 loads: Callable[[str | bytes], Any] = json.loads

@@ -26,7 +26,7 @@ import attrs
 import cattrs
 from cattrs.preconf.json import make_converter
 
-from sdk._serde import configure, dumps, import_type, type_path
+from sdk._serde import acyclic_encoder, configure, dumps, import_type, type_path
 from sdk.errors import SerializationError
 
 __all__ = ["Serializer"]
@@ -176,7 +176,8 @@ class Serializer:
         payload: Any = named if named is not None else [list(args), kwargs]
         if named is not None and all(type(v) in _SCALARS for v in named.values()):
             # plain values: the converter would give them back as they are
-            return hashlib.blake2b(_canonical(named).encode(), digest_size=12).hexdigest()
+            text = _canonical_scalars(named)
+            return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
         try:
             text = _canonical(self._hasher().unstructure(payload))
         except Exception:
@@ -274,3 +275,5 @@ def _is_set(tp: Any) -> bool:
 
 
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=_stable_repr)
+# The same text, faster, for a dict of scalars (which holds no cycle).
+_canonical_scalars = acyclic_encoder(sort_keys=True, ensure_ascii=True, default=_stable_repr)

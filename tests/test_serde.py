@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import enum
+import json
 import uuid
 from decimal import Decimal
 from typing import Any
@@ -16,7 +17,14 @@ from hypothesis import strategies as st
 
 from sdk import Serializer, flow, step
 from sdk._journal import Journal, Kind, Record, State
-from sdk._serde import FORMAT_VERSION, dumps, encode_exception, loads, rebuild_exception
+from sdk._serde import (
+    FORMAT_VERSION,
+    acyclic_encoder,
+    dumps,
+    encode_exception,
+    loads,
+    rebuild_exception,
+)
 from sdk.errors import SerializationError, StepError
 from testing import FlowTestEnv
 
@@ -316,3 +324,26 @@ def test_an_exception_type_that_cannot_be_imported_becomes_step_error() -> None:
         "it was here",
         "s#2",
     )
+
+
+@pytest.mark.parametrize("ensure_ascii", [False, True])
+@pytest.mark.parametrize("sort_keys", [False, True])
+def test_the_acyclic_encoder_writes_what_json_writes(sort_keys: bool, ensure_ascii: bool) -> None:
+    reference = json.JSONEncoder(
+        separators=(",", ":"), sort_keys=sort_keys, ensure_ascii=ensure_ascii, default=repr
+    )
+    encode = acyclic_encoder(sort_keys=sort_keys, ensure_ascii=ensure_ascii, default=repr)
+    samples: list[Any] = [
+        {"z": 1, "é": "ü\u2028", "n": None, "f": 1.5, "big": 10**30, "t": True, "o": object},
+        ["x", {"b": [1, 2.0, -0.0, 1e16]}, float("nan"), float("inf")],
+        "plain", 3, None, {},
+    ]  # fmt: skip
+    for value in samples:
+        assert encode(value) == reference.encode(value)
+
+
+def test_the_acyclic_encoder_still_refuses_a_cycle() -> None:
+    looped: list[Any] = []
+    looped.append(looped)
+    with pytest.raises(ValueError, match="Circular reference"):
+        acyclic_encoder()(looped)
