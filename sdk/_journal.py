@@ -141,6 +141,8 @@ def _structure(data: dict[str, Any]) -> Record:
 
 
 _RESOLVED = frozenset({State.OK, State.FAILED, State.TIMEOUT})
+_KINDS = {k.value: k for k in Kind}
+_STATES = {s.value: s for s in State}
 
 
 class Journal:
@@ -170,10 +172,16 @@ class Journal:
         if not raw:
             return cls([])
         records = []
+        kinds, states = _KINDS, _STATES
         for d in loads("[" + ",".join(raw.values()) + "]"):
-            if d.get("v", 1) == FORMAT_VERSION and d.keys() <= _FIELDS:
-                d["kind"] = Kind(d["kind"])
-                d["state"] = State(d["state"])
+            if (
+                d.get("v", 1) == FORMAT_VERSION
+                and d.keys() <= _FIELDS
+                and d["kind"] in kinds
+                and d["state"] in states
+            ):
+                d["kind"] = kinds[d["kind"]]  # a dict lookup: a tenth of Kind(...)
+                d["state"] = states[d["state"]]
                 records.append(Record(**d))
             else:  # an older or unusual format: the converter upgrades it
                 records.append(_structure(d))
