@@ -214,6 +214,47 @@ async def test_a_crash_unwinds_the_flow_without_running_its_cleanup() -> None:
     assert RUNS == {"acquire c": 1, "work": 1, "release c": 1}
 
 
+GATE: dict[str, asyncio.Event] = {}
+
+
+@step
+async def gated(label: str) -> str:
+    RUNS[label] += 1
+    GATE["started"].set()
+    await GATE["open"].wait()
+    return label
+
+
+@flow(name="tests.parking.lost_lease_cleanup")
+async def lost_lease_cleanup() -> str:
+    held = await acquire("l")
+    try:
+        return await gated("gated")
+    finally:
+        await release(held)
+
+
+async def test_a_lost_lease_unwinds_the_flow_without_running_its_cleanup(
+    store: RedisStore,
+) -> None:
+    GATE["open"], GATE["started"] = asyncio.Event(), asyncio.Event()
+    async with FlowTestEnv(store=store) as env:
+        handle = await env.start(lost_lease_cleanup)
+        idle = asyncio.create_task(env.run_until_idle())
+        await asyncio.wait_for(GATE["started"].wait(), 5)  # the step is running
+        # Another worker took the run over meanwhile: this activation's token is stale.
+        await store.client.hincrby(store.keys.run(handle.run_id), "fence", 1)
+        GATE["open"].set()
+        await idle  # the result's write is refused: the activation stops
+        assert RUNS == {"acquire l": 1, "gated": 1}  # and ran no cleanup
+        assert await steps_recorded(env, handle.run_id) == ["acquire#1"]
+        assert await env.client.intents(handle.run_id) == []
+
+        await env.advance(env.worker.lease_ttl + 1)  # recovered: the flow gets there
+        assert await handle.result(timeout=5) == "gated"
+    assert RUNS == {"acquire l": 1, "gated": 2, "release l": 1}
+
+
 @flow(name="tests.parking.cancel_cleanup")
 async def cancel_cleanup() -> str:
     held = await acquire("k")
