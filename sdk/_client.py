@@ -14,7 +14,18 @@ from typing import TYPE_CHECKING, Any
 
 import cattrs
 
-from sdk._clientbase import PRIORITY_RANGE, Authorizer, RunHandle, check_id
+from sdk._checks import (
+    PRIORITY_RANGE,
+    check_count,
+    check_id,
+    check_int,
+    check_optional_id,
+    check_options,
+    check_status,
+    check_text,
+    show,
+)
+from sdk._clientbase import Authorizer, RunHandle
 from sdk._clock import Clock, SystemClock
 from sdk._flowdef import FlowDef
 from sdk._history import History
@@ -24,8 +35,8 @@ from sdk._runs import raise_refused, refusal_error
 from sdk._serde import converter, dumps, loads
 from sdk._types import Decision, Reason, RunOptions, RunRecord, RunStatus, Versions
 from sdk._values import Serializer
-from sdk.errors import IdempotencyConflict
-from stores.protocol import Mailbox, NewRun, Refused
+from sdk.errors import CorruptRecord, IdempotencyConflict, InvalidArgument, SerializationError
+from stores.protocol import CorruptData, Mailbox, NewRun, Refused
 
 if TYPE_CHECKING:
     from stores.protocol import Store
@@ -95,32 +106,36 @@ class Client(History, Lineages):
             options: `RunOptions`: thread, trace id, environment, versions, policy
                 snapshot, recorded on the run.
         """
-        if options is not None and not isinstance(options, RunOptions):
-            raise TypeError(f"options must be a RunOptions, got {options!r}")
         fd = self._flow_def(flow)
         name = fd.name if isinstance(fd, FlowDef) else fd
         run_id = check_id(run_id if run_id is not None else str(uuid.uuid4()), "run_id")
-        if (
-            isinstance(priority, bool)
-            or not isinstance(priority, int)
-            or priority not in PRIORITY_RANGE
-        ):
-            raise ValueError(f"priority must be an int in -4095..4095, got {priority!r}")
+        check_int(priority, "priority", PRIORITY_RANGE)
         q = queue if queue is not None else (fd.queue if isinstance(fd, FlowDef) else "default")
         check_id(q, "queue")
+        check_optional_id(tenant_id, "tenant_id")
+        opts = check_options(options)
         if isinstance(fd, FlowDef):
             args_json = fd.encode_args(args, kwargs, self.serializer)
             version = fd.version
         else:
-            enc_args = [
-                self.serializer.encode(a, None, f"flow {name!r} argument {i}")[0]
-                for i, a in enumerate(args)
-            ]
-            enc_kwargs = {
-                k: self.serializer.encode(v, None, f"flow {name!r} argument {k!r}")[0]
-                for k, v in kwargs.items()
-            }
-            args_json = dumps({"args": enc_args, "kwargs": enc_kwargs, "types": {}})
+            # a flow this process does not define: its values keep their types
+            # by recorded type paths (the worker's annotations, if any, win)
+            types: dict[str, str] = {}
+            enc_args = []
+            for i, a in enumerate(args):
+                data, tpath = self.serializer.encode(a, None, f"flow {name!r} argument {i}")
+                enc_args.append(data)
+                if tpath:
+                    types[str(i)] = tpath
+            enc_kwargs = {}
+            for k, v in kwargs.items():
+                check_id(k, f"flow {name!r} keyword name")
+                data, tpath = self.serializer.encode(v, None, f"flow {name!r} argument {k!r}")
+                enc_kwargs[k] = data
+                if tpath:
+                    types[k] = tpath
+            args_json = dumps({"args": enc_args, "kwargs": enc_kwargs, "types": types})
+            self.serializer.check_size(args_json, f"arguments of flow {name!r}")
             version = None
         # Keyword order, and positional vs keyword, are not part of a call's identity.
         if isinstance(fd, FlowDef):
@@ -130,17 +145,19 @@ class Client(History, Lineages):
                 loads(args_json), sort_keys=True, separators=(",", ":"), ensure_ascii=False
             )
         digest = hashlib.sha256(f"{name}\n{canonical}".encode()).hexdigest()
-        opts = options or RunOptions()
-        outcome = await self.store.create_run(
-            NewRun(
-                run_id, name, version, args_json, digest, q, priority, tenant_id,
-                self.clock.time(), thread_id=opts.thread_id, trace_id=opts.trace_id,
-                environment=opts.environment, versions=_versions(opts.versions),
-                policy_snapshot_id=opts.policy_snapshot_id,
-                retention=fd.retention if isinstance(fd, FlowDef) else None,
-            ),
-            dumps({"flow": name, "queue": q, "priority": priority}),
-        )  # fmt: skip
+        try:
+            outcome = await self.store.create_run(
+                NewRun(
+                    run_id, name, version, args_json, digest, q, priority, tenant_id,
+                    self.clock.time(), thread_id=opts.thread_id, trace_id=opts.trace_id,
+                    environment=opts.environment, versions=_versions(opts.versions),
+                    policy_snapshot_id=opts.policy_snapshot_id,
+                    retention=fd.retention if isinstance(fd, FlowDef) else None,
+                ),
+                dumps({"flow": name, "queue": q, "priority": priority}),
+            )  # fmt: skip
+        except CorruptData as exc:  # the run id is taken by a damaged run
+            raise CorruptRecord(exc.run_id, exc.key, exc.detail) from None
         if outcome.conflict:
             raise IdempotencyConflict(
                 f"run {run_id!r} already exists with different arguments or flow"
@@ -158,7 +175,8 @@ class Client(History, Lineages):
         limit: int = 100,
     ) -> list[RunRecord]:  # fmt: skip
         """Runs, newest first, optionally of one status and/or one flow."""
-        st = RunStatus(status) if status is not None else None
+        st = None if status is None else check_status(status)
+        check_count(limit, "list_runs(): limit")
         name = None
         if flow is not None:
             fd = self._flow_def(flow)
@@ -175,9 +193,12 @@ class Client(History, Lineages):
         Raises `InvalidTransition` for a terminal run (nothing is written) and
         `RunNotFound` for an unknown one.
         """
+        check_id(run_id, "run_id")
         check_id(name, "signal name")
+        check_optional_id(dedup_id, "dedup_id")
+        check_optional_id(actor, "actor")
         await self._authorize(actor, "signal", run_id)
-        data, _ = self.serializer.encode(payload, None, f"payload of signal {name!r}")
+        data = self._payload(payload, f"payload of signal {name!r}")
         event = {"name": name, "dedup_id": dedup_id, "actor": actor}
         # A connection retry can run the signal script twice; an id of our own
         # makes the second run a no-op. "Already seen" then means delivered.
@@ -205,11 +226,12 @@ class Client(History, Lineages):
         self, run_id: str, name: str, approved: bool, actor: str, reason: str | None,
         payload: Any, action: str,
     ) -> bool:  # fmt: skip
+        check_id(run_id, "run_id")
         check_id(name, "wait name")
+        check_id(actor, f"{action}(): actor")
+        check_text(reason, f"{action}(): reason", optional=True)
         await self._authorize(actor, action, run_id)
-        data, _ = self.serializer.encode(payload, None, f"payload of {action} {name!r}")
-        if not isinstance(actor, str) or not actor or "\n" in actor:
-            raise ValueError(f"{action}: actor must be a non-empty name, got {actor!r}")
+        data = self._payload(payload, f"payload of {action} {name!r}")
         decision = converter.unstructure(Decision(approved, actor, reason, data))
         event = {"name": name, "decision": action, "actor": actor, "reason": reason}
         # A fresh dedup id: a retried script run is a no-op, not a second decision.
@@ -221,11 +243,26 @@ class Client(History, Lineages):
             raise refusal_error(run_id, reply, what=name)
         return True
 
+    def _payload(self, payload: Any, what: str) -> Any:
+        """A signal's or decision's payload as JSON data. `wait_for` returns it as
+        JSON gives it back, so a value that JSON would change is refused."""
+        data, tpath = self.serializer.encode(payload, None, what)
+        if tpath is not None:
+            raise SerializationError(
+                f"{what}: a {tpath.replace('builtins:', '')} would reach wait_for() as "
+                f"{type(data).__name__} {show(data, 60)}; send plain JSON data (dict, list, "
+                "str, int, float, bool, None) and rebuild your type in the flow"
+            )
+        return data
+
     async def cancel(self, run_id: str, *, reason: str, actor: str | None = None) -> None:
         """Cancel a run that has not ended. A terminal run raises `InvalidTransition`.
 
         A step already executing finishes, but its result is not recorded.
         """
+        check_id(run_id, "run_id")
+        check_text(reason, "cancel(): reason")
+        check_optional_id(actor, "actor")
         await self._authorize(actor, "cancel", run_id)
         refused = await self.store.cancel(
             run_id, reason, self.clock.time(), event_data=dumps({"reason": reason, "actor": actor})
@@ -250,6 +287,10 @@ class Client(History, Lineages):
                 ``run.resumed`` event records ``force: true``.
             actor: who resumes (required when the client has an authorizer).
         """
+        check_id(run_id, "run_id")
+        if not isinstance(force, bool):
+            raise InvalidArgument(f"resume(): force must be a bool, got {force!r}")
+        check_optional_id(actor, "actor")
         authorized = await self._authorize(actor, "force_resume" if force else "resume", run_id)
         stored = authorized or await self._stored(run_id)
         discard = None
@@ -281,6 +322,8 @@ class Client(History, Lineages):
             RunNotFound: no such run.
             Forbidden: the authorizer refused ``delete`` (audited as ``auth.denied``).
         """
+        check_id(run_id, "run_id")
+        check_optional_id(actor, "actor")
         await self._authorize(actor, "delete", run_id)
         refused = await self.store.delete(
             run_id, self.clock.time(), event_data=dumps({"reason": "deleted", "actor": actor})

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
+from sdk._checks import MAX_ID, PRIORITY_RANGE, check_id, check_seconds
 from sdk._clock import Clock
 from sdk._flowdef import FlowDef
 from sdk._registry import Registry, flow_def_of
@@ -16,7 +17,15 @@ from sdk._runs import raise_refused, run_record, utc
 from sdk._serde import dumps
 from sdk._types import EventType, RunRecord, RunStatus, WorkerInfo
 from sdk._values import Serializer
-from sdk.errors import Forbidden, RunCanceled, RunFailed, RunNotFound, SerializationError
+from sdk.errors import (
+    CorruptRecord,
+    Forbidden,
+    InvalidArgument,
+    RunCanceled,
+    RunFailed,
+    RunNotFound,
+    SerializationError,
+)
 
 if TYPE_CHECKING:
     from stores.protocol import Store, StoredRun
@@ -25,20 +34,9 @@ __all__ = ["MAX_ID", "PRIORITY_RANGE", "Authorizer", "ClientBase", "RunHandle", 
 
 log = logging.getLogger("steadyflow.client")
 
-MAX_ID = 256
 #: Seconds `RunHandle.result` waits on a pending run before it checks, once,
 #: that some live worker serves it (and logs a warning if none does).
 PENDING_HINT_AFTER = 5.0
-PRIORITY_RANGE = range(-4095, 4096)
-
-
-def check_id(value: Any, what: str) -> str:
-    """A run id, name or queue: a non-empty string of at most `MAX_ID` characters."""
-    if not isinstance(value, str) or not value or len(value) > MAX_ID:
-        raise ValueError(
-            f"{what} must be a non-empty string of at most {MAX_ID} characters, got {value!r}"
-        )
-    return value
 
 
 class Authorizer(Protocol):
@@ -78,6 +76,8 @@ class RunHandle:
                 ``delete_on_success`` flow still returns its result for
                 300 seconds after it completed).
         """
+        if timeout is not None:
+            timeout = check_seconds(timeout, "result(): timeout")
         store = self._client.store
         loop = asyncio.get_running_loop()
         began = loop.time()
@@ -125,14 +125,15 @@ class ClientBase:
             return self.registry.find_flow(check_id(flow, "flow name")) or flow
         fd = flow_def_of(flow)
         if fd is None:
-            raise TypeError(f"{flow!r} is not a @flow function or a flow name")
+            raise InvalidArgument(f"{flow!r} is not a @flow function or a flow name")
         return fd
 
     def handle(self, run_id: str) -> RunHandle:
         """A handle on an existing run (no round trip)."""
-        return RunHandle(self, run_id)
+        return RunHandle(self, check_id(run_id, "run_id"))
 
     async def _stored(self, run_id: str) -> StoredRun:
+        check_id(run_id, "run_id")
         stored = await self.store.get_run(run_id)
         if stored is None:
             raise RunNotFound(run_id)
@@ -198,9 +199,12 @@ class ClientBase:
 
     def _outcome(self, stored: StoredRun) -> Any:
         """A finished run's result, or the error it ended with."""
+        rec = run_record(stored)
+        if rec.damage is not None and stored.status is not RunStatus.FAILED:
+            # a failed one reports its damage as its error (reason corrupt_record)
+            raise CorruptRecord(rec.run_id, self.store.key_of(rec.run_id, "run"), rec.damage)
         if stored.status is RunStatus.COMPLETED:
             return self._result_value(stored)
-        rec = run_record(stored)
         if rec.status is RunStatus.CANCELED:
             raise RunCanceled(rec.run_id, rec.reason)
         assert rec.error is not None, f"failed run {rec.run_id!r} has no error recorded"

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import math
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
-__all__ = ["Clock", "SystemClock", "seconds"]
+from sdk.errors import InvalidArgument
+
+__all__ = ["MAX_SECONDS", "Clock", "SystemClock", "seconds"]
+
+#: Longest duration a sleep, timeout or retention may have (about 317 years).
+MAX_SECONDS = 1e10
 
 
 class Clock(Protocol):
@@ -34,7 +40,19 @@ class SystemClock:
 def seconds(value: float | timedelta, what: str) -> float:
     """A duration in seconds; `what` names the argument in the error."""
     if isinstance(value, timedelta):
-        return value.total_seconds()
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{what} must be seconds (int or float) or a timedelta, got {value!r}")
-    return float(value)
+        secs = value.total_seconds()
+    elif isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidArgument(
+            f"{what} must be seconds (int or float) or a timedelta, got a "
+            f"{type(value).__qualname__}: {value!r:.80}"
+        )
+    else:
+        try:
+            secs = float(value)
+        except OverflowError:
+            secs = math.inf
+    if not math.isfinite(secs) or abs(secs) > MAX_SECONDS:
+        raise InvalidArgument(
+            f"{what} must be finite and at most {MAX_SECONDS:.0e} seconds, got {value!r:.80}"
+        )
+    return secs

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from sdk._clock import Clock
 from sdk._outbox import ChannelDef, Intent
-from sdk._serde import converter, dumps, loads, type_path
+from sdk._quarantine import unavailable
+from sdk._serde import converter, dumps, exception_message, loads, type_path
 from sdk._types import ErrorInfo
 from stores.protocol import Delivery
 
@@ -135,7 +136,7 @@ class Dispatcher:
         failures = claim.failures + 1
         verdict = cdef.retry.verdict(exc, failures, failures)
         now = self.clock.time()
-        error = ErrorInfo(type_path(type(exc)), str(exc), intent.step_key or None,
+        error = ErrorInfo(type_path(type(exc)), exception_message(exc), intent.step_key or None,
                           verdict.value if verdict is not None else None)  # fmt: skip
         error_json = dumps(converter.unstructure(error))
         data = {**data, "error": {"type": error.type, "message": error.message}}
@@ -189,8 +190,14 @@ class Dispatcher:
                 backoff = 0.1
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                log.exception("outbox: store unavailable; retrying in %.1fs", backoff)
+            except Exception as exc:
+                if unavailable(self.store, exc):
+                    log.exception("outbox: store unavailable; retrying in %.1fs", backoff)
+                else:  # not an outage: say what it is
+                    log.exception(
+                        "outbox pass failed (%s, not a store outage); retrying in %.1fs",
+                        type(exc).__name__, backoff,
+                    )  # fmt: skip
                 await _first(stop, backoff)
                 backoff = min(backoff * 2, _MAX_IDLE)
                 continue

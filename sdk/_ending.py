@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING
 from sdk import _waits
 from sdk._flowdef import RESULT_GRACE
 from sdk._ops import STEP_TAG
-from sdk._serde import converter, dumps, type_path
+from sdk._serde import clean_message, converter, dumps, exception_message, type_path
 from sdk._types import ErrorInfo, Reason, RunStatus
 from sdk._writes import Stop
 from sdk.errors import FlowBlocked, NonDeterminismError, SerializationError
-from stores.protocol import Parked, Refusal, Refused
+from stores.protocol import CorruptData, Parked, Refusal, Refused
 
 if TYPE_CHECKING:
     from sdk._activation import Activation
@@ -46,7 +46,7 @@ async def conclude(act: Activation) -> None:
         key, reason = getattr(failure, STEP_TAG, (None, Reason.FLOW_ERROR))
         if isinstance(failure, SerializationError) and key is None:
             reason = Reason.SERIALIZATION_ERROR
-        await fail(act, type(failure), str(failure), key, reason)
+        await fail(act, type(failure), exception_message(failure), key, reason)
         return
     unreached = act.cursor.unreached()
     if unreached is not None:
@@ -60,8 +60,8 @@ async def conclude(act: Activation) -> None:
         data, tpath = act.serializer.encode(
             main.result(), flow.return_type(), f"result of flow {flow.name!r}"
         )
-    except SerializationError as exc:
-        await fail(act, type(exc), str(exc), None, Reason.SERIALIZATION_ERROR)
+    except Exception as exc:  # a converter hook's error too: the result cannot be kept
+        await fail(act, type(exc), exception_message(exc), None, Reason.SERIALIZATION_ERROR)
         return
     now = act.clock.time()
     grace = now + RESULT_GRACE if flow.delete_on_success else None
@@ -79,7 +79,9 @@ async def fail(
     act: Activation, etype: type[BaseException], message: str, key: str | None, reason: Reason
 ) -> None:
     """Record the run's failure."""
-    text = dumps(converter.unstructure(ErrorInfo(type_path(etype), message, key, reason)))
+    # a message with a lone surrogate, or of 10 MB, must not make the write fail
+    error = ErrorInfo(type_path(etype), clean_message(message), key, reason)
+    text = dumps(converter.unstructure(error))
     await _end(
         act,
         act.store.finish(
@@ -122,6 +124,8 @@ async def _end(act: Activation, call: Awaitable[Refused | Parked | None], outcom
 
 def report(act: Activation) -> None:
     """Log how an activation stopped without an outcome, if it did."""
+    if isinstance(act.store_error, CorruptData):
+        return  # damaged data: the worker fails the run for it, and logs that
     if act.store_error is not None:
         log.error(
             "run %s: store error (%s: %s); activation abandoned, the run is recovered "

@@ -12,10 +12,12 @@ from typing import Any, ParamSpec, TypeVar, overload
 import attrs
 import wrapt
 
+from sdk._checks import check_id, check_optional_id
 from sdk._registry import Registry
 from sdk._retry import RetryPolicy
 from sdk._serde import dumps, loads, return_type
 from sdk._values import Serializer
+from sdk.errors import InvalidArgument
 
 __all__ = ["RESERVED_OPTIONS", "RESULT_GRACE", "FlowDef", "flow"]
 
@@ -86,7 +88,7 @@ class FlowDef:
         try:
             self.signature.bind(*args, **kwargs)
         except TypeError as exc:
-            raise TypeError(f"flow {self.name!r}: {exc}") from None
+            raise InvalidArgument(f"flow {self.name!r}: {exc}") from None
         types: dict[str, str] = {}
         enc_args = []
         for i, value in enumerate(args):
@@ -102,7 +104,9 @@ class FlowDef:
             enc_kwargs[key] = data
             if tpath:
                 types[key] = tpath
-        return dumps({"args": enc_args, "kwargs": enc_kwargs, "types": types})
+        text = dumps({"args": enc_args, "kwargs": enc_kwargs, "types": types})
+        serializer.check_size(text, f"arguments of flow {self.name!r}")  # all of them together
+        return text
 
     def call_identity(self, args_json: str) -> str:
         """What makes two starts the same call: arguments by parameter name.
@@ -154,9 +158,11 @@ def _retention(fname: str, value: float | timedelta | None) -> float | None:
         return None
     secs = value.total_seconds() if isinstance(value, timedelta) else value
     if isinstance(secs, bool) or not isinstance(secs, (int, float)):
-        raise TypeError(f"flow {fname!r}: retention must be seconds or a timedelta, got {value!r}")
+        raise InvalidArgument(
+            f"flow {fname!r}: retention must be seconds or a timedelta, got {value!r}"
+        )
     if not math.isfinite(secs) or secs < 0:
-        raise ValueError(f"flow {fname!r}: retention must be >= 0 seconds, got {value!r}")
+        raise InvalidArgument(f"flow {fname!r}: retention must be >= 0 seconds, got {value!r}")
     return float(secs)
 
 
@@ -222,14 +228,14 @@ def flow(
 
     def decorate(fn: Callable[..., Coroutine[Any, Any, Any]]) -> Any:
         if not inspect.iscoroutinefunction(fn):
-            raise TypeError(f"@flow needs an async def; {fn.__qualname__} is not one")
-        fname = name or f"{fn.__module__}.{fn.__qualname__}"
-        if not isinstance(queue, str) or not queue:
-            raise ValueError(f"flow {fname!r}: queue must be a non-empty string")
+            raise InvalidArgument(f"@flow needs an async def; {fn.__qualname__} is not one")
+        fname = check_id(name or f"{fn.__module__}.{fn.__qualname__}", "@flow: name")
+        check_id(queue, f"flow {fname!r}: queue")
+        check_optional_id(version, f"flow {fname!r}: version")
         sig = inspect.signature(fn)
         clash = RESERVED_OPTIONS.intersection(sig.parameters)
         if clash:
-            raise TypeError(
+            raise InvalidArgument(
                 f"flow {fname!r}: parameter name(s) {sorted(clash)} are reserved for "
                 "Client.start options; rename them"
             )

@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
+from sdk._checks import check_count, check_id, check_seconds, show
 from sdk._clientbase import ClientBase
 from sdk._outbox import Intent, IntentStatus
 from sdk._runs import error_info, timestamp
 from sdk._serde import loads
 from sdk._types import Checkpoint, Event
-from sdk.errors import RunNotFound
-from stores.protocol import StoredEvent, StoredIntent
+from sdk.errors import CorruptRecord, InvalidArgument, RunNotFound
+from stores.protocol import CorruptData, Store, StoredEvent, StoredIntent
 
 __all__ = ["History"]
+
+_EVENT_ID = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
 
 
 class History(ClientBase):
@@ -26,18 +30,32 @@ class History(ClientBase):
         """A page of the run's event log, oldest first.
 
         Pass the last `Event.event_id` as `cursor` for the next page; every
-        event comes exactly once across pages. Raises `RunNotFound`.
+        event comes exactly once across pages. Raises `RunNotFound`, and
+        `CorruptRecord` when the log, or an entry of the page, cannot be read
+        (it names the entry: pass its id as `cursor` to read on after it).
         """
-        if limit < 1:
-            raise ValueError(f"limit must be >= 1, got {limit}")
+        check_count(limit, "events(): limit")
+        if cursor is not None and (not isinstance(cursor, str) or not _EVENT_ID.fullmatch(cursor)):
+            raise InvalidArgument(
+                f"events(): cursor must be an event_id from this log (like '1700000000000-0'), "
+                f"got {show(cursor)}"
+            )
         stored = await self._stored(run_id)
-        raw = await self.store.events(run_id, cursor, limit)
-        trace = stored.trace_id or run_id
-        return [_event(r, trace, stored.tenant_id) for r in raw]
+        try:
+            raw = await self.store.events(run_id, cursor, limit)
+            trace = stored.trace_id or run_id
+            return [_event(r, trace, stored.tenant_id, self.store) for r in raw]
+        except CorruptData as e:  # the next page starts after the entry it names
+            raise CorruptRecord(e.run_id, e.key, e.detail) from None
 
     async def checkpoints(self, run_id: str) -> list[Checkpoint]:
-        """The run's checkpoints, oldest first. Raises `RunNotFound`."""
+        """The run's checkpoints, oldest first. Raises `RunNotFound`, and
+        `CorruptRecord` when they cannot be read."""
         await self._stored(run_id)
+        try:
+            found = await self.store.checkpoints(run_id)
+        except CorruptData as e:
+            raise CorruptRecord(e.run_id, e.key, e.detail) from None
         return [
             Checkpoint(
                 checkpoint_id=str(c.checkpoint_id),
@@ -47,13 +65,17 @@ class History(ClientBase):
                 status=c.status,
                 created_at=timestamp(c.at),  # type: ignore[arg-type]
             )
-            for c in await self.store.checkpoints(run_id)
+            for c in found
         ]
 
     async def intents(self, run_id: str) -> list[Intent]:
         """The run's outbox intents (`emit`), in the order they were recorded, with
         their delivery status. Raises `RunNotFound` (also for a deleted run)."""
-        rows = await self.store.intents(run_id)
+        check_id(run_id, "run_id")
+        try:
+            rows = await self.store.intents(run_id)
+        except CorruptData as e:
+            raise CorruptRecord(e.run_id, e.key, e.detail) from None
         if rows is None:
             raise RunNotFound(run_id)
         return [_intent(run_id, row) for row in rows]
@@ -71,6 +93,7 @@ class History(ClientBase):
             async for event in client.follow():
                 print(event.run_id, event.type)
         """
+        check_seconds(poll_timeout, "follow(): poll_timeout", positive=True)
         subscription: Any = None
         known: dict[str, tuple[str, str | None]] = {}  # run id -> (trace id, tenant id)
         try:
@@ -115,14 +138,23 @@ def _intent(run_id: str, row: StoredIntent) -> Intent:
     )
 
 
-def _event(raw: StoredEvent, trace_id: str | None, tenant_id: str | None) -> Event:
+def _event(
+    raw: StoredEvent, trace_id: str | None, tenant_id: str | None, store: Store | None = None
+) -> Event:
+    try:
+        data = loads(raw.data) if raw.data else None
+    except ValueError:
+        if store is not None:
+            key = store.key_of(raw.run_id, "events")
+            raise CorruptData(raw.run_id, key, f"entry {raw.event_id}: data is not JSON") from None
+        data = None  # the live feed (a projection): the run's log says what is wrong
     return Event(
         event_id=raw.event_id,
         run_id=raw.run_id,
         type=raw.type,
         at=timestamp(raw.at),  # type: ignore[arg-type]
         step_key=raw.step_key,
-        data=loads(raw.data) if raw.data else None,
+        data=data,
         correlation={
             "run_id": raw.run_id, "trace_id": trace_id, "tenant_id": tenant_id,
             "step_key": raw.step_key,

@@ -6,14 +6,22 @@ import hashlib
 import uuid
 from typing import Any
 
-from sdk._clientbase import PRIORITY_RANGE, ClientBase, RunHandle, check_id
+from sdk._checks import (
+    PRIORITY_RANGE,
+    check_id,
+    check_int,
+    check_optional_id,
+    check_options,
+    show,
+)
+from sdk._clientbase import ClientBase, RunHandle
 from sdk._journal import Kind, Record, State
 from sdk._retry import RetryPolicy
 from sdk._runs import raise_refused, run_record
 from sdk._serde import converter, dumps
-from sdk._types import EventType, Reason, RunStatus, Versions
-from sdk.errors import Forbidden, InvalidTransition, RunNotFound
-from stores.protocol import CheckpointKind, Lineage, NewRun
+from sdk._types import EventType, Reason, RunOptions, RunStatus, Versions
+from sdk.errors import CorruptRecord, Forbidden, InvalidArgument, InvalidTransition, RunNotFound
+from stores.protocol import CheckpointKind, CorruptData, Lineage, NewRun
 
 __all__ = ["FORK_OPTIONS", "Lineages"]
 
@@ -72,7 +80,7 @@ class Lineages(ClientBase):
         """
         unknown = set(options) - FORK_OPTIONS
         if unknown:
-            raise TypeError(
+            raise InvalidArgument(
                 f"fork: unknown option(s) {sorted(unknown)}; known: {sorted(FORK_OPTIONS)}"
             )
         return await self._derive("fork", run_id, checkpoint_id, actor, new_run_id, options)
@@ -86,7 +94,20 @@ class Lineages(ClientBase):
         new_run_id: str | None,
         options: dict[str, Any],
     ) -> RunHandle:
-        source = await self.store.read_lineage(run_id)  # the run, read once
+        check_id(run_id, "run_id")
+        if checkpoint_id is not None and (
+            isinstance(checkpoint_id, bool) or not isinstance(checkpoint_id, (str, int))
+        ):
+            raise InvalidArgument(
+                f"{kind}(): checkpoint_id must be a str, got {show(checkpoint_id)}"
+            )
+        check_optional_id(actor, "actor")
+        check_optional_id(new_run_id, "new_run_id")
+        _check_fork_options(options)
+        try:
+            source = await self.store.read_lineage(run_id)  # the run, read once
+        except CorruptData as e:  # a damaged source is not copied
+            raise CorruptRecord(e.run_id, e.key, e.detail) from None
         if source is None:
             raise RunNotFound(run_id)
         await self._authorize(actor, kind, run_id, source.run)
@@ -108,7 +129,10 @@ class Lineages(ClientBase):
         )
         chosen = next((c for c in cps if str(c.checkpoint_id) == str(wanted)), None)
         if chosen is None:
-            raise ValueError(f"run {run_id!r} has no checkpoint {wanted!r}")
+            raise InvalidArgument(
+                f"checkpoint_id: run {run_id!r} has no checkpoint {show(wanted)}; "
+                f"its checkpoints are {cps[0].checkpoint_id}..{cps[-1].checkpoint_id}"
+            )
         # From the finish of a failed run, the failure that failed it is not
         # copied (as resume discards it): that call runs again in the new run.
         err = rec.error
@@ -145,20 +169,10 @@ class Lineages(ClientBase):
         run = source.run
         rec = run_record(run)
         retry = options.get("retry")
-        if retry is not None and not isinstance(retry, RetryPolicy):
-            raise TypeError(f"fork: retry must be a RetryPolicy, got {retry!r}")
         versions = options.get("versions", rec.versions)
-        if not isinstance(versions, Versions):
-            raise TypeError(f"fork: versions must be a Versions, got {versions!r}")
         new_id = check_id(new_run_id or str(uuid.uuid4()), "new_run_id")
         priority = options.get("priority", rec.priority)
-        queue = check_id(options.get("queue", rec.queue), "queue")
-        if (
-            isinstance(priority, bool)
-            or not isinstance(priority, int)
-            or priority not in PRIORITY_RANGE
-        ):
-            raise ValueError(f"priority must be an int in -4095..4095, got {priority!r}")
+        queue = options.get("queue", rec.queue)
         fd = self.registry.find_flow(flow)
         return NewRun(
             new_id, flow, options.get("flow_version", rec.flow_version), run.args,
@@ -174,6 +188,23 @@ class Lineages(ClientBase):
             retry=retry.to_json() if retry is not None else run.retry,
             retention=fd.retention if fd is not None else None,
         )  # fmt: skip
+
+
+def _check_fork_options(options: dict[str, Any]) -> None:
+    """Every option of a fork can be stored (checked before anything is read or written)."""
+    for name, value in options.items():
+        what = f"fork(): {name}"
+        if name == "queue":
+            check_id(value, what)
+        elif name == "priority":
+            check_int(value, what, PRIORITY_RANGE)
+        elif name == "retry":
+            if not isinstance(value, RetryPolicy):
+                raise InvalidArgument(f"{what} must be a RetryPolicy, got {show(value)}")
+        elif name == "versions":
+            check_options(RunOptions(versions=value))
+        else:
+            check_optional_id(value, what)
 
 
 def _split(

@@ -18,12 +18,13 @@ from typing import Any, TypeVar
 
 import attrs
 
+from sdk._checks import check_id
 from sdk._context import _OUTSIDE, _run_var, _step_var
 from sdk._registry import Registry
 from sdk._retry import RetryPolicy
 from sdk._serde import dumps
 from sdk._types import ErrorInfo
-from sdk.errors import NotInRunError
+from sdk.errors import InvalidArgument, NotInRunError
 from stores.protocol import NewIntent
 
 __all__ = [
@@ -36,7 +37,6 @@ __all__ = [
     "emit",
 ]
 
-_MAX_NAME = 256
 
 #: Retries of a channel without its own policy: 10 deliveries, 1 s doubling to 5 min.
 DEFAULT_CHANNEL_RETRY = RetryPolicy(max_attempts=10, initial_interval=1.0, max_interval=300.0)
@@ -110,11 +110,7 @@ class ChannelDef:
 
 
 def _check_name(value: Any, what: str) -> str:
-    if not isinstance(value, str) or not value or len(value) > _MAX_NAME:
-        raise ValueError(
-            f"{what} must be a non-empty string of at most {_MAX_NAME} characters, got {value!r}"
-        )
-    return value
+    return check_id(value, what)
 
 
 def emit(channel: str, payload: Any = None, *, key: str | None = None) -> str:
@@ -160,7 +156,7 @@ def emit(channel: str, payload: Any = None, *, key: str | None = None) -> str:
         root = ctx.idempotency_key.removesuffix(f":{ctx.key}")
         idem = f"{root}:{key}"
         if any(i.idempotency_key == idem for i in buffer):
-            raise ValueError(f"emit: key {key!r} was already used in step {ctx.key!r}")
+            raise InvalidArgument(f"emit: key {key!r} was already used in step {ctx.key!r}")
     data, _ = act.serializer.encode(payload, None, f"payload of intent {idem!r}")
     body = dumps(
         {
@@ -195,12 +191,12 @@ def channel(
     _check_name(name, "channel name")
     policy = retry if retry is not None else DEFAULT_CHANNEL_RETRY
     if not isinstance(policy, RetryPolicy):
-        raise TypeError(f"channel {name!r}: retry must be a RetryPolicy, got {retry!r}")
+        raise InvalidArgument(f"channel {name!r}: retry must be a RetryPolicy, got {retry!r}")
 
     def register(fn: H) -> H:
         handler: Any = fn  # (iscoroutinefunction would narrow `fn` itself)
         if not inspect.iscoroutinefunction(handler):
-            raise TypeError(f"channel {name!r}: the handler must be an async function")
+            raise InvalidArgument(f"channel {name!r}: the handler must be an async function")
         cdef = ChannelDef(name, handler, policy)
         (registry or Registry.default()).add_channel(cdef)
         handler.__steadyflow_channel__ = cdef

@@ -12,9 +12,10 @@ from collections.abc import Collection, Coroutine
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from sdk._checks import check_id
 from sdk._clock import seconds
 from sdk._context import _OUTSIDE, _run_var, _step_var
-from sdk.errors import NotInRunError
+from sdk.errors import InvalidArgument, NotInRunError
 
 if TYPE_CHECKING:
     from sdk._activation import Activation
@@ -63,22 +64,21 @@ def wait_for(
         if not decision.approved:
             return "rejected"
     """
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"wait_for: name must be a non-empty string, got {name!r}")
+    check_id(name, "wait_for(): name")
     who: tuple[str, ...] | None = None
     if approvers is not None:
         if not human:
-            raise ValueError(f"wait_for({name!r}): approvers= only applies with human=True")
+            raise InvalidArgument(f"wait_for({name!r}): approvers= only applies with human=True")
         if isinstance(approvers, str):
-            raise TypeError(f"wait_for({name!r}): approvers must be a collection of actor names")
-        who = tuple(sorted(set(approvers)))
-        if not who or not all(isinstance(a, str) and a and "\n" not in a for a in who):
-            raise ValueError(
-                f"wait_for({name!r}): approvers must be non-empty actor names without newlines"
+            raise InvalidArgument(
+                f"wait_for({name!r}): approvers must be a collection of actor names"
             )
+        who = tuple(sorted({check_id(a, f"wait_for({name!r}): an approver") for a in approvers}))
+        if not who:
+            raise InvalidArgument(f"wait_for({name!r}): approvers must name at least one actor")
     limit = None if timeout is None else seconds(timeout, "wait_for timeout")
     if limit is not None and limit < 0:
-        raise ValueError(f"wait_for({name!r}): timeout must not be negative, got {timeout!r}")
+        raise InvalidArgument(f"wait_for({name!r}): timeout must not be negative, got {timeout!r}")
     return _activation("wait_for()").wait(name, limit, human, who)
 
 
@@ -95,7 +95,7 @@ def sleep(duration: float | timedelta) -> Coroutine[Any, Any, None]:
 def sleep_until(when: datetime) -> Coroutine[Any, Any, None]:
     """Sleep durably until an aware datetime."""
     if not isinstance(when, datetime) or when.tzinfo is None:
-        raise TypeError(f"sleep_until needs a timezone-aware datetime, got {when!r}")
+        raise InvalidArgument(f"sleep_until needs a timezone-aware datetime, got {when!r}")
     return _activation("sleep_until()").sleep_until(when.timestamp(), None)
 
 

@@ -62,10 +62,10 @@ class RetryPolicy:
 
     @classmethod
     def from_json(cls, text: str) -> RetryPolicy:
-        from sdk._serde import import_type, loads
+        from sdk._serde import exception_type, loads
 
         data = loads(text)
-        data["non_retryable"] = tuple(import_type(p) for p in data.get("non_retryable", ()))
+        data["non_retryable"] = tuple(exception_type(p) for p in data.get("non_retryable", ()))
         return cls(**data)
 
     def delay(self, failures: int) -> float:

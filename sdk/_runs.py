@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import TypeVar
 
-from sdk._serde import converter, loads
-from sdk._types import ErrorInfo, RunRecord, Versions
+from sdk._serde import converter, loads, type_path
+from sdk._types import ErrorInfo, Reason, RunRecord, RunStatus, Versions
 from sdk.errors import (
+    CorruptRecord,
     Forbidden,
     IdempotencyConflict,
     InvalidTransition,
@@ -17,7 +20,17 @@ from sdk.errors import (
 )
 from stores.protocol import Refusal, Refused, StoredRun
 
-__all__ = ["error_info", "raise_refused", "refusal_error", "run_record", "timestamp", "utc"]
+__all__ = [
+    "corrupt_error",
+    "error_info",
+    "raise_refused",
+    "refusal_error",
+    "run_record",
+    "timestamp",
+    "utc",
+]
+
+T = TypeVar("T")
 
 
 def utc(value: float) -> datetime:
@@ -39,12 +52,43 @@ def run_record(stored: StoredRun) -> RunRecord:
 
     A format-1 record reads with the defaults of the fields format 2 added:
     its trace id and root run id are its own id.
+
+    Never raises for what the store holds: a field that cannot be read (the
+    store's `StoredRun.damage`, or JSON of the result, error or versions that
+    does not decode) is left at its default and named in `RunRecord.damage`
+    (see there), so that listing, reading, cancelling and deleting a damaged
+    run still work.
     """
+    problems: list[str] = []
+
+    def read(name: str, text: str | None, decode: Callable[[str], T], default: T) -> T:
+        if text is None:
+            return default
+        try:
+            return decode(text)
+        except Exception as exc:  # any JSON or structure error: the field is damaged
+            problems.append(f"field {name!r} cannot be read ({type(exc).__name__}: {exc})"[:300])
+            return default
+
+    result = read("result", stored.result, loads, None)
+    error = read("error", stored.error, error_info, None)
+    versions = read(
+        "versions", stored.versions, lambda t: converter.structure(loads(t), Versions), Versions()
+    )
+    damage = stored.damage
+    if problems:
+        joined = "; ".join(problems)
+        where = f"the record of run {stored.run_id!r}"
+        damage = f"{damage}; {joined}" if damage else f"{where}: {joined}"
+    reason = stored.reason
+    if damage is not None and stored.status is RunStatus.FAILED and error is None:
+        error = ErrorInfo(type_path(CorruptRecord), damage, None, Reason.CORRUPT_RECORD)
+        reason = reason or Reason.CORRUPT_RECORD
     return RunRecord(
         run_id=stored.run_id,
         flow=stored.flow,
         status=stored.status,
-        created_at=datetime.fromtimestamp(stored.created_at, UTC),
+        created_at=_datetime(stored.created_at),
         queue=stored.queue,
         priority=stored.priority,
         flow_version=stored.flow_version,
@@ -52,16 +96,14 @@ def run_record(stored: StoredRun) -> RunRecord:
         started_at=timestamp(stored.started_at),
         finished_at=timestamp(stored.finished_at),
         current_step_id=stored.current_step,
-        result=loads(stored.result) if stored.result is not None else None,
-        error=error_info(stored.error),
-        reason=stored.reason,
+        result=result,
+        error=error,
+        reason=reason,
         recoveries=stored.recoveries,
         thread_id=stored.thread_id,
         trace_id=stored.trace_id or stored.run_id,
         environment=stored.environment,
-        versions=converter.structure(loads(stored.versions), Versions)
-        if stored.versions
-        else Versions(),
+        versions=versions,
         policy_snapshot_id=stored.policy_snapshot_id,
         checkpoint_head=str(stored.checkpoint_head) if stored.checkpoint_head else None,
         resume_from_checkpoint_id=(
@@ -71,7 +113,21 @@ def run_record(stored: StoredRun) -> RunRecord:
         source_checkpoint_id=stored.source_checkpoint_id,
         root_run_id=stored.root_run_id or stored.run_id,
         format_version=stored.format_version,
+        damage=damage,
     )
+
+
+def _datetime(value: float) -> datetime:
+    # a time out of datetime's range (a damaged field) reads as the epoch
+    try:
+        return utc(value)
+    except (OverflowError, OSError, ValueError):
+        return utc(0.0)
+
+
+def corrupt_error(run_id: str, key: str, detail: str) -> ErrorInfo:
+    """The error a run failed for damaged data is recorded with."""
+    return ErrorInfo(type_path(CorruptRecord), f"{key}: {detail}", None, Reason.CORRUPT_RECORD)
 
 
 def raise_refused(run_id: str, refused: Refused | None, *, what: str = "") -> None:
@@ -103,4 +159,6 @@ def refusal_error(run_id: str, refused: Refused, *, what: str = "") -> Steadyflo
         return Forbidden(f"{refused.actor!r} may not decide this wait of run {run_id!r}")
     if why is Refusal.EXISTS:
         return IdempotencyConflict(f"run {run_id!r} already exists")
+    if why is Refusal.CORRUPT:
+        return CorruptRecord(run_id, refused.key or "", refused.detail or "")
     return LeaseLost(f"run {run_id!r}: lease lost; nothing was written")

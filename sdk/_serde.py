@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import datetime as _dt
 import decimal
-import importlib
+import functools
 import json
+import sys
 import typing
 import uuid
 from collections.abc import Callable
@@ -20,16 +21,22 @@ from typing import Any
 import cattrs
 from cattrs.preconf.json import make_converter
 
-from sdk.errors import StepError
+from sdk._limits import Problem, clip, scan
+from sdk.errors import SerializationError, StepError
 
 __all__ = [
     "FORMAT_VERSION",
+    "MAX_MESSAGE",
     "acyclic_encoder",
+    "clean_message",
     "configure",
     "converter",
     "dumps",
     "encode_exception",
-    "import_type",
+    "exception_message",
+    "exception_type",
+    "find_exception",
+    "find_loaded",
     "loads",
     "rebuild_exception",
     "return_type",
@@ -133,14 +140,51 @@ def type_path(tp: type) -> str:
     return f"{tp.__module__}:{tp.__qualname__}"
 
 
-def import_type(path: str) -> type:
-    module, _, qualname = path.partition(":")
-    obj: Any = importlib.import_module(module)
+def find_loaded(path: str) -> type | None:
+    """The class a ``module:qualname`` path names, if this process has imported its
+    module already; else None.
+
+    Stored data never decides what code runs: this never imports a module and
+    never calls a module's ``__getattr__`` or a descriptor (it reads the
+    namespaces' dicts), and it returns only a class whose own path is `path`
+    (not an alias that a module imported from elsewhere).
+    """
+    module, sep, qualname = path.partition(":")
+    obj: Any = sys.modules.get(module) if sep else None
+    if obj is None:
+        return None
     for part in qualname.split("."):
-        obj = getattr(obj, part)
-    if not isinstance(obj, type):
-        raise TypeError(f"{path} is not a class")
+        try:
+            obj = vars(obj).get(part)
+        except TypeError:  # not a module or a class
+            return None
+        if obj is None:
+            return None
+    if not isinstance(obj, type) or obj.__module__ != module or obj.__qualname__ != qualname:
+        return None
     return obj
+
+
+def find_exception(path: str) -> type[Exception] | None:
+    """The exception class a recorded failure names (an `Exception` subclass of an
+    already imported module, see `find_loaded`), else None. Never
+    ``SystemExit`` and its kin: stored data cannot make a worker exit."""
+    cls = find_loaded(path)
+    if cls is None or not issubclass(cls, Exception):
+        return None
+    return cls
+
+
+def exception_type(path: str) -> type[BaseException]:
+    """The exception class named by a stored ``module:qualname`` (of a `RetryPolicy`),
+    from an already imported module; `SerializationError` otherwise."""
+    cls = find_loaded(path)
+    if cls is None or not issubclass(cls, BaseException):
+        raise SerializationError(
+            f"exception type {clip(path, 200)!r}: not an exception class of a module this "
+            "process has imported (stored type names are never imported)"
+        )
+    return cls
 
 
 def return_type(fn: Callable[..., Any]) -> Any:
@@ -155,40 +199,96 @@ def return_type(fn: Callable[..., Any]) -> Any:
     return tp
 
 
-def encode_exception(exc: BaseException) -> dict[str, Any]:
-    """A failure as JSON: type path, message and (when JSON-able) constructor args."""
-    data: dict[str, Any] = {"type": type_path(type(exc)), "message": str(exc)}
+#: A recorded failure's message is cut to this many characters (the run's error,
+#: its events and the journal all carry it).
+MAX_MESSAGE = 4096
+_ARGS_LIMIT = 8192  # bytes of JSON: larger constructor args are not kept
+
+
+def clean_message(text: str) -> str:
+    """A message that can be stored: at most `MAX_MESSAGE` characters, and a lone
+    surrogate (not valid Unicode text, so not storable) written as ``\\udcff``."""
+    if len(text) > MAX_MESSAGE:
+        text = f"{text[:MAX_MESSAGE]}... [{len(text) - MAX_MESSAGE:,} more characters]"
+    if not text.isascii():
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+def exception_message(exc: BaseException) -> str:
+    """``str(exc)``, made storable (`clean_message`); a broken ``__str__`` is no error."""
     try:
-        dumps(list(exc.args))
-        data["args"] = list(exc.args)
-    except (TypeError, ValueError):
-        pass
+        text = str(exc)
+    except Exception:
+        text = f"<{clip(type(exc).__qualname__, 100)}: its __str__ failed>"
+    return clean_message(text)
+
+
+def encode_exception(exc: BaseException) -> dict[str, Any]:
+    """A failure as JSON: type path, message, and its constructor args when they are
+    small plain JSON that comes back equal (a `UnicodeDecodeError`'s bytes are not).
+    Whatever the exception holds, the result can be stored."""
+    data: dict[str, Any] = {
+        "type": clean_message(type_path(type(exc))),
+        "message": exception_message(exc),
+    }
+    args = list(exc.args) if isinstance(exc.args, tuple) else []
+    if args:
+        try:
+            foreign, _, upper = scan(args, _ARGS_LIMIT)
+        except Problem:
+            return data
+        if foreign is None and upper <= _ARGS_LIMIT:
+            data["args"] = args
     return data
 
 
 def rebuild_exception(data: dict[str, Any], step_key: str | None) -> BaseException:
     """The exception a recorded failure stands for: same type, same message.
 
-    Falls back to `StepError` when the type cannot be imported here.
+    The type is looked up among the exception classes of modules this process
+    has imported (`find_exception`; stored data never makes it import one).
+    When its constructor does not take the recorded args, or its ``str()`` is
+    not made from them (`UnicodeDecodeError`), the result is an instance of a
+    subclass that shows the recorded message: ``except UnicodeDecodeError``
+    still catches it, and its type path is the original's. A type that is not
+    found (or cannot be built) becomes `StepError` with the type's name and
+    the message.
     """
-    path = data["type"]
-    message = data.get("message", "")
+    path = str(data.get("type") or "")
+    message = data.get("message")
+    message = message if isinstance(message, str) else ""
+    cls = find_exception(path)
+    if cls is None:
+        return StepError(path, message, step_key)
     args = data.get("args")
-    if args is None:
-        args = [message]
     try:
-        cls = import_type(path)
-    except Exception:
-        return StepError(path, message, step_key)
-    if not issubclass(cls, BaseException):
-        return StepError(path, message, step_key)
-    try:
-        exc = cls(*args)
+        exc = cls(*(args if isinstance(args, list) else [message]))
         if type(exc) is cls and str(exc) == message:
             return exc
     except Exception:
         pass
-    # The constructor wants other arguments: build without __init__, keep the message.
-    exc = cls.__new__(cls)
-    exc.args = (message,)
-    return exc
+    for kind in (cls, _showing_message(typing.cast(Any, cls))):
+        # build without __init__ (it wants other arguments), keep the message
+        try:
+            exc = kind.__new__(kind)
+            exc.args = (message,)
+            if str(exc) == message:
+                return exc
+        except Exception:
+            pass
+    return StepError(path, message, step_key)
+
+
+@functools.lru_cache(maxsize=256)
+def _showing_message(cls: Any) -> type[Exception]:
+    """A subclass of `cls` whose ``str()`` is its one arg (the recorded message)."""
+    try:
+        sub: type[Exception] = type(
+            cls.__name__, (cls,),
+            {"__str__": BaseException.__str__, "__module__": cls.__module__,
+             "__qualname__": cls.__qualname__, "__doc__": cls.__doc__},
+        )  # fmt: skip
+    except Exception:  # not subclassable: the caller falls back to StepError
+        sub = cls
+    return sub

@@ -10,10 +10,12 @@ from typing import Any, Literal, TypeVar, overload
 import attrs
 import wrapt
 
+from sdk._checks import check_id
 from sdk._context import _run_var, _step_var
 from sdk._retry import RetryPolicy
 from sdk._serde import return_type
 from sdk._values import Serializer
+from sdk.errors import InvalidArgument
 
 __all__ = ["REPLAY_POLICIES", "StepSpec", "step"]
 
@@ -110,14 +112,14 @@ def step(
     """
 
     def decorate(fn: F) -> F:
-        sname = name if name is not None else fn.__qualname__
-        if not isinstance(sname, str) or not sname or sname.startswith("~"):
-            raise ValueError(
+        sname = check_id(name if name is not None else fn.__qualname__, "@step: name")
+        if sname.startswith("~"):
+            raise InvalidArgument(
                 f"invalid step name {sname!r} for {fn.__qualname__}: "
                 "a non-empty string that does not start with '~'"
             )
         if replay not in REPLAY_POLICIES:
-            raise ValueError(f"step {sname!r}: replay must be one of {REPLAY_POLICIES}")
+            raise InvalidArgument(f"step {sname!r}: replay must be one of {REPLAY_POLICIES}")
         spec = StepSpec(sname, retry, replay, fn)
 
         @wrapt.decorator

@@ -21,7 +21,7 @@ from sdk._context import StepContext, _step_var
 from sdk._journal import Kind, Record, State
 from sdk._ops import Outcome, StepOp, tag
 from sdk._retry import RetryPolicy
-from sdk._serde import converter, dumps, encode_exception
+from sdk._serde import converter, dumps, encode_exception, exception_message
 from sdk._types import CheckpointKind, Decision, EventType, Reason
 from sdk.errors import IdempotencyConflict, SerializationError
 from stores.protocol import Mailbox, StepEvent
@@ -158,13 +158,25 @@ async def _attempts(act: Activation, op: StepOp, attempts: int) -> None:
         act.step_finished(op, attempts + 1)
         try:
             data, tpath = act.serializer.encode(value, spec.return_type(), op.what)
-        except SerializationError as exc:
-            await _fail(act, op, exc, Reason.SERIALIZATION_ERROR, attempts + 1, None)
+        except Exception as exc:
+            # Never a store error: the step ran, its result cannot be kept, and
+            # running it again would not change that (so: no retry, no recovery).
+            err = exc if isinstance(exc, SerializationError) else _unstorable(op, exc)
+            await _fail(act, op, err, Reason.SERIALIZATION_ERROR, attempts + 1, None)
             return
         done = functools.partial(Record, op.key, op.pos, Kind.STEP, State.OK, value=data,
                                  type=tpath, attempts=attempts, rh=rh)  # fmt: skip
         await act.writes.resolve(op, done, Outcome(value), _COMPLETED, ctx._intents)
         return
+
+
+def _unstorable(op: StepOp, exc: Exception) -> SerializationError:
+    """An unexpected error of the serializer (a converter hook's) as what it means."""
+    err = SerializationError(
+        f"{op.what}: cannot be stored: {type(exc).__name__}: {exception_message(exc)[:200]}"
+    )
+    err.__cause__ = exc
+    return err
 
 
 async def _failed(

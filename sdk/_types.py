@@ -52,6 +52,10 @@ class Reason(enum.StrEnum):
     """A result or argument could not be stored or rebuilt."""
     IDEMPOTENCY_CONFLICT = "idempotency_conflict"
     """A replayed or forked run reused a step with other arguments than recorded."""
+    CORRUPT_RECORD = "corrupt_record"
+    """The run's stored data (record, journal, mailbox, lineage, log or index entry)
+    cannot be read or worked with; a worker failed the run alone. The error names
+    the Redis key and what is wrong with it."""
 
     def __str__(self) -> str:
         return self.value
@@ -183,6 +187,13 @@ class RunRecord:
     `source_checkpoint_id` and `root_run_id` (the first run of the lineage,
     whose id starts every idempotency key); a format-1 record reads with
     their defaults.
+
+    `damage` is None when the whole stored record could be read. Otherwise it
+    names the key and says what could not be read ("<key>: <what>; <what>"):
+    those fields hold their defaults; a status that cannot be read is
+    `failed`, and a failed run whose error cannot be read gets one saying what
+    is damaged (type ``sdk.errors:CorruptRecord``, reason ``corrupt_record``).
+    Workers fail a damaged run that has not ended when they come across it.
     """
 
     run_id: str
@@ -211,6 +222,7 @@ class RunRecord:
     source_checkpoint_id: str | None = None
     root_run_id: str | None = None
     format_version: int = 2  # the store's format of the record (StoredRun.format_version)
+    damage: str | None = None
 
 
 @attrs.frozen

@@ -14,20 +14,22 @@ from typing import TYPE_CHECKING, Any
 
 import cattrs
 
+from sdk import _quarantine
 from sdk._activation import Activation
+from sdk._checks import check_id, check_int, check_optional_id, check_seconds
 from sdk._clock import Clock, SystemClock
 from sdk._dispatch import Dispatcher
 from sdk._engine import Engine
 from sdk._flowdef import FlowDef
 from sdk._intercept import Interceptor
-from sdk._journal import Journal
 from sdk._outbox import ChannelDef
 from sdk._registry import Registry, channel_def_of, flow_def_of
 from sdk._serde import converter as records
 from sdk._serde import dumps
 from sdk._types import ErrorInfo, Reason
 from sdk._values import Serializer
-from stores.protocol import WorkerBeat
+from sdk.errors import InvalidArgument
+from stores.protocol import CorruptData, Damaged, WorkerBeat
 
 if TYPE_CHECKING:
     from stores.protocol import Claim, Store
@@ -93,10 +95,19 @@ class Worker:
         registry: Registry | None = None,
         converter: Serializer | cattrs.Converter | None = None,
     ) -> None:
-        if concurrency < 1:
-            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
-        if lease_ttl <= 0:
-            raise ValueError(f"lease_ttl must be > 0 seconds, got {lease_ttl}")
+        check_int(concurrency, "Worker: concurrency", range(1, 100_001))
+        check_seconds(lease_ttl, "Worker: lease_ttl", positive=True)
+        check_int(max_recoveries, "Worker: max_recoveries", range(0, 1_000_001))
+        if grace_period is not None:
+            check_seconds(grace_period, "Worker: grace_period")
+        check_seconds(inline_backoff_max, "Worker: inline_backoff_max")
+        check_optional_id(name, "Worker: name")
+        if isinstance(queues, str):
+            raise InvalidArgument(
+                f"Worker: queues must be a list of queue names, got {queues!r:.80}"
+            )
+        for q in queues or ():
+            check_id(q, "Worker: a queue")
         self.store = store
         self.clock: Clock = clock or SystemClock()
         self.concurrency = concurrency
@@ -143,7 +154,7 @@ class Worker:
             return f
         fd = flow_def_of(f)
         if fd is None:
-            raise TypeError(f"{f!r} is not a @flow function")
+            raise InvalidArgument(f"{f!r} is not a @flow function")
         self._given[fd.name] = fd
         return fd.name
 
@@ -153,7 +164,7 @@ class Worker:
             return c
         cdef = channel_def_of(c)
         if cdef is None:
-            raise TypeError(f"{c!r} is not a @channel handler")
+            raise InvalidArgument(f"{c!r} is not a @channel handler")
         return cdef
 
     def _served_channels(self) -> dict[str, ChannelDef]:
@@ -197,24 +208,46 @@ class Worker:
         )  # fmt: skip
         if tick.recovered:
             log.warning("recovered %d run(s) whose lease expired", tick.recovered)
+        if tick.repaired:
+            log.warning(
+                "repair pass: queued %d run(s) again that no index reached (see their "
+                "run.repaired events)", tick.repaired,
+            )  # fmt: skip
+        for damaged in tick.damaged:
+            self._fail_damaged(damaged)
         for claim in claims:
             self._spawn(claim)
         return len(claims), tick.next_due
 
     def _spawn(self, claim: Claim) -> None:
         run_id = claim.run.run_id
+        if claim.damage is not None:
+            self._fail_damaged(claim.damage)
+            return
         fd = self._flow(claim.run.flow)
         if fd is None:
             task = asyncio.create_task(self._unknown_flow(claim))
             act = None
         else:
+            try:
+                journal = _quarantine.decode(claim, self.store)
+            except _quarantine.Undecodable as bad:
+                self._fail_damaged(Damaged(run_id, bad.key, bad.detail, claim.run.fence))
+                return
             act = Activation(
-                self.engine, claim.run, Journal.from_raw(claim.journal), fd, claim.mail,
-                claim.lineage,
+                self.engine, claim.run, journal, fd, claim.mail, claim.lineage,
             )  # fmt: skip
             task = asyncio.create_task(self._execute(act))
         self._inflight[run_id] = (task, act)  # type: ignore[assignment]
         task.add_done_callback(functools.partial(self._done, run_id))
+
+    def _fail_damaged(self, damaged: Damaged) -> None:
+        """Fail a run whose stored data cannot be read, alone (`sdk._quarantine`)."""
+        if damaged.run_id in self._inflight:
+            return  # its activation here reports it at its next write
+        task = asyncio.create_task(_quarantine.fail(self.store, self.clock, damaged))
+        self._inflight[damaged.run_id] = (task, None)  # type: ignore[assignment]
+        task.add_done_callback(functools.partial(self._done, damaged.run_id))
 
     def _done(self, run_id: str, _task: object = None) -> None:
         self._inflight.pop(run_id, None)
@@ -240,6 +273,11 @@ class Worker:
                 "run %s: activation failed inside the engine; its lease will expire "
                 "and another activation will retry it", act.run_id,
             )  # fmt: skip
+        error = act.store_error
+        if isinstance(error, CorruptData):  # a write found the run's data damaged
+            await _quarantine.fail(
+                self.store, self.clock, Damaged(act.run_id, error.key, error.detail, act.fence)
+            )
 
     # -- heartbeat -------------------------------------------------------------------
 
@@ -336,16 +374,29 @@ class Worker:
                     backoff = 0.1
                 except asyncio.CancelledError:
                     raise
-                except Exception:
-                    log.exception("store unavailable; retrying in %.1fs", backoff)
+                except Exception as exc:
+                    if _quarantine.unavailable(self.store, exc):
+                        log.exception("store unavailable; retrying in %.1fs", backoff)
+                    else:  # not an outage: say what it is (damaged data is per run)
+                        log.exception(
+                            "worker pass failed (%s, not a store outage); retrying in %.1fs",
+                            type(exc).__name__, backoff,
+                        )  # fmt: skip
                     await self._sleep_or_stop(backoff)
                     backoff = min(backoff * 2, _MAX_IDLE)
                     continue
                 # A poll takes every ready run that fits: with slots left, the
-                # queue is empty (and its wake-up tokens are gone), so block.
-                timeout = _MAX_IDLE
+                # queue is empty (and its wake-up tokens are gone), so block:
+                # until the earliest timer or lease it knows of is due, and at
+                # most one lease TTL. A lease taken after this poll expires no
+                # sooner than one TTL from now (with the same TTL), so this
+                # worker looks again before it can expire, and then wakes when
+                # it does: a dead worker's run is recovered within one TTL of
+                # its last renewal (not up to _MAX_IDLE later).
+                idle = min(_MAX_IDLE, self.lease_ttl)
+                timeout = idle
                 if next_due is not None:
-                    timeout = min(max(next_due - self.clock.time(), 0.001), _MAX_IDLE)
+                    timeout = min(max(next_due - self.clock.time(), 0.001), idle)
                 if len(self._inflight) < self.concurrency:
                     await self._wait_ready(timeout)
                 else:

@@ -10,6 +10,7 @@ The tree::
     ├── FlowNotFound             (also LookupError) no flow registered under that name
     ├── RegistryConflict         (also ValueError) a name taken by a different flow or channel
     ├── SerializationError       (also TypeError) a value the journal cannot hold
+    ├── InvalidArgument          (also ValueError, TypeError) a bad argument of a public call
     ├── WaitTimeout              (also TimeoutError) a wait_for deadline passed
     ├── LeaseLost                another worker owns the run now; this one must not write
     ├── Forbidden                (also PermissionError) the authorizer refused an action
@@ -19,7 +20,8 @@ The tree::
     ├── NotWaiting               approve/deny of a run not waiting for that approval
     ├── StepError                a recorded failure whose exception type cannot be rebuilt
     ├── RunFailed                RunHandle.result() of a failed run
-    └── RunCanceled              RunHandle.result() of a canceled run
+    ├── RunCanceled              RunHandle.result() of a canceled run
+    └── CorruptRecord            a run's stored data cannot be read; names the run and key
 
 Everything derives from `SteadyflowError`, so ``except SteadyflowError`` catches
 any SDK error. The suspension of a run is not in this tree on purpose: it is a
@@ -35,10 +37,12 @@ if TYPE_CHECKING:
     from sdk._types import ErrorInfo, RunStatus
 
 __all__ = [
+    "CorruptRecord",
     "FlowBlocked",
     "FlowNotFound",
     "Forbidden",
     "IdempotencyConflict",
+    "InvalidArgument",
     "InvalidTransition",
     "LeaseLost",
     "NonDeterminismError",
@@ -166,6 +170,14 @@ class SerializationError(SteadyflowError, TypeError):
     """
 
 
+class InvalidArgument(SteadyflowError, ValueError, TypeError):
+    """An argument of a public call has the wrong type or value; nothing was written.
+
+    The message names the argument and shows its value, cut short. It is a
+    `ValueError` and a `TypeError`, so code that catches either keeps working.
+    """
+
+
 class WaitTimeout(SteadyflowError, TimeoutError):
     """`wait_for` reached its deadline before a signal arrived.
 
@@ -268,3 +280,22 @@ class RunCanceled(SteadyflowError):
         self.run_id = run_id
         self.reason = reason
         super().__init__(f"run {run_id!r} was canceled: {reason}")
+
+
+class CorruptRecord(SteadyflowError):
+    """A run's stored data cannot be read or worked with (damaged in Redis: a key
+    of another type, a field that is not a number, bytes that are not UTF-8).
+    Nothing was written. Workers fail such a run alone, with reason
+    ``corrupt_record`` (docs/operations.md#damaged-runs).
+
+    Attributes:
+        run_id: the run.
+        key: the Redis key that is damaged.
+        detail: what is wrong with it.
+    """
+
+    def __init__(self, run_id: str, key: str, detail: str) -> None:
+        self.run_id = run_id
+        self.key = key
+        self.detail = detail
+        super().__init__(f"run {run_id!r} has damaged stored data: {key}: {detail}")

@@ -71,7 +71,11 @@ def open_store(
         unknown = set(kwargs) - {"max_events_per_run"}
         if unknown:
             raise TypeError(f"memory:// takes no connection options, got {sorted(unknown)}")
-        client = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer(), decode_responses=True)
+        from stores._redispy import READ_ERRORS
+
+        client = fakeredis.FakeAsyncRedis(
+            server=fakeredis.FakeServer(), decode_responses=True, encoding_errors=READ_ERRORS
+        )
         store = RedisStore(client, prefix=prefix, partitions=partitions, **kwargs)
         store._label = "memory://"
         return store

@@ -23,7 +23,7 @@ class RedisBase:
     _scripts: dict[str, Any]
     _runner: ScriptRunner
 
-    async def _call(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+    async def _call(self, name: str, keys: Sequence[str | bytes], args: Sequence[Any]) -> Any:
         return await self._runner.run(self._scripts[name], keys, args)
 
     def _partitions(self) -> range:

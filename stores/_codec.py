@@ -1,7 +1,9 @@
-"""The Redis store's formats: run hashes, claim replies, events, checkpoints, mailboxes.
+"""The Redis store's formats: run fields, mailboxes, events, checkpoints, intents, refusals.
 
 Everything here is how `stores.redis.RedisStore` lays the protocol's records
 out in Redis and reads them back; nothing outside `stores` sees these formats.
+Runs themselves (run hashes, claim and tick replies) are read back by
+`stores._decode`.
 """
 
 from __future__ import annotations
@@ -9,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from stores._decode import first_unreadable, show, strict_float, strict_int, unreadable
 from stores.protocol import (
     CheckpointKind,
-    Claim,
+    CorruptData,
     Mailbox,
     NewRun,
     Refusal,
@@ -20,25 +23,21 @@ from stores.protocol import (
     StoredCheckpoint,
     StoredEvent,
     StoredIntent,
-    StoredRun,
 )
 
 __all__ = [
     "RUN_FORMAT",
     "checkpoints",
-    "claims",
     "feed_event",
-    "flat",
     "intent",
     "mailbox_name",
     "num",
-    "parse_mailbox",
     "refused",
     "run_fields",
     "scope",
     "splice_prefix",
     "stored_event",
-    "stored_run",
+    "written",
 ]
 
 #: Format of a run hash (1: the first release; 2 adds lineage, tracing,
@@ -51,26 +50,9 @@ def num(value: float) -> str:
     return repr(float(value))
 
 
-def flat(pairs: list[str]) -> dict[str, str]:
-    """A field/value list (as HGETALL gives it in a script reply) as a dict."""
-    return dict(zip(pairs[::2], pairs[1::2], strict=True))
-
-
-def _float(value: str | None) -> float | None:
-    return None if value is None or value == "" else float(value)
-
-
-def _opt(value: str | None) -> str | None:
-    return value or None
-
-
 def mailbox_name(box: Mailbox) -> str:
     """A mailbox's name in Redis: signals and human decisions are kept apart."""
     return ("h:" if box.human else "s:") + box.name
-
-
-def parse_mailbox(name: str) -> Mailbox:
-    return Mailbox(name[2:], human=name.startswith("h:"))
 
 
 def splice_prefix(record: str) -> str:
@@ -79,42 +61,6 @@ def splice_prefix(record: str) -> str:
     if not record.endswith("}"):
         raise ValueError(f"a journal record must be a JSON object, got {record[:60]!r}")
     return record[:-1] + ',"value":'
-
-
-def stored_run(run_id: str, h: dict[str, str]) -> StoredRun:
-    """A `StoredRun` from a run hash (as HGETALL returns it)."""
-    return StoredRun(
-        run_id=run_id,
-        flow=h["flow"],
-        status=RunStatus(h["status"]),
-        created_at=float(h["created_at"]),
-        queue=h["queue"],
-        priority=int(h["priority"]),
-        args=h["args"],
-        fence=int(h.get("fence", 0)),
-        flow_version=_opt(h.get("flow_version")),
-        tenant_id=_opt(h.get("tenant_id")),
-        started_at=_float(h.get("started_at")),
-        finished_at=_float(h.get("finished_at")),
-        current_step=_opt(h.get("current_step")),
-        result=h.get("result"),
-        result_type=_opt(h.get("result_type")),
-        error=_opt(h.get("error")),
-        reason=_opt(h.get("reason")),
-        recoveries=int(h.get("recoveries", 0)),
-        thread_id=_opt(h.get("thread_id")),
-        trace_id=_opt(h.get("trace_id")),
-        environment=_opt(h.get("environment")),
-        versions=_opt(h.get("versions")),
-        policy_snapshot_id=_opt(h.get("policy_snapshot_id")),
-        checkpoint_head=int(h.get("cp_n") or 0),
-        resume_from_checkpoint=int(h.get("resume_from_checkpoint_id") or 0),
-        source_run_id=_opt(h.get("source_run_id")),
-        source_checkpoint_id=_opt(h.get("source_checkpoint_id")),
-        root_run_id=_opt(h.get("root_run_id")),
-        retry=_opt(h.get("retry")),
-        format_version=int(h.get("v", 1)),
-    )
 
 
 def run_fields(new: NewRun) -> list[str]:
@@ -149,73 +95,102 @@ def scope(flows: Sequence[str] | None, queues: Sequence[str] | None) -> list[str
     return [str(len(names)), *names, *(queues or ())]
 
 
-def claims(reply: list[Any]) -> list[Claim]:
-    """Claims from a claim/poll reply: run hash, journal, non-empty mailboxes, lineage."""
-    out = []
-    for i in range(0, len(reply), 4):
-        h = flat(reply[i])
-        out.append(
-            Claim(
-                stored_run(h["id"], h),
-                flat(reply[i + 1]),
-                frozenset(parse_mailbox(name) for name in reply[i + 2]),
-                flat(reply[i + 3]),
-            )
+def _entry(run_id: str, key: str, entry: str, fields: dict[str, str]) -> CorruptData:
+    """The error for a log entry (event, checkpoint, js: mark) that cannot be read."""
+    bad = first_unreadable([x for pair in fields.items() for x in pair], True)
+    return CorruptData(run_id, key, f"entry {entry}: {bad or f'cannot be read: {fields!r:.120}'}")
+
+
+def stored_event(event_id: str, run_id: str, fields: dict[str, str], key: str = "") -> StoredEvent:
+    """An event log entry; `CorruptData` (naming the entry) when it cannot be read."""
+    try:
+        event = StoredEvent(
+            event_id, run_id, fields["type"], strict_float(fields["at"]),
+            fields.get("step") or None, fields.get("data") or None,
+        )  # fmt: skip
+    except (KeyError, ValueError):
+        raise _entry(run_id, key, event_id, fields) from None
+    if any(map(unreadable, fields.values())):
+        raise _entry(run_id, key, event_id, fields)
+    return event
+
+
+def feed_event(data: str | bytes) -> StoredEvent | None:
+    """Decode a feed message: fields "<byte length>:<bytes>" (see the Lua `emit`);
+    None for a message that cannot be read (the run's own log is the truth)."""
+    raw = data.encode("utf-8", "surrogateescape") if isinstance(data, str) else data
+    fields: list[str] = []
+    i = 0
+    try:
+        while i < len(raw):
+            colon = raw.index(b":", i)
+            end = colon + 1 + int(raw[i:colon])
+            fields.append(raw[colon + 1 : end].decode())
+            i = end
+        run_id, eid, etype, at, step, evdata = fields
+        return StoredEvent(eid, run_id, etype, strict_float(at), step or None, evdata or None)
+    except ValueError:  # UnicodeDecodeError too
+        return None
+
+
+def _checkpoint(run_id: str, key: str, entry: str, fields: dict[str, str]) -> StoredCheckpoint:
+    try:
+        cp = StoredCheckpoint(
+            checkpoint_id=strict_int(fields["id"]),
+            kind=CheckpointKind(fields["kind"]),
+            step_key=fields.get("step") or None,
+            status=RunStatus(fields["status"]),
+            at=strict_float(fields["at"]),
+            seq=strict_int(fields.get("seq") or "0"),
         )
+    except (KeyError, ValueError):
+        raise _entry(run_id, key, entry, fields) from None
+    if cp.step_key is not None and unreadable(cp.step_key):
+        raise _entry(run_id, key, entry, fields)
+    return cp
+
+
+def written(marks: dict[str, str], run_id: str = "", key: str = "") -> dict[str, int]:
+    """Each journal record's write number, from its js: entry ("seq" or "seq:id:at")."""
+    out: dict[str, int] = {}
+    for step, mark in marks.items():
+        try:
+            out[step] = strict_int(mark.split(":", 1)[0])
+        except ValueError:
+            raise CorruptData(
+                run_id, key, f"entry {show(step)} is not a write number: {show(mark)}"
+            ) from None
     return out
 
 
-def stored_event(event_id: str, run_id: str, fields: dict[str, str]) -> StoredEvent:
-    return StoredEvent(
-        event_id, run_id, fields["type"], float(fields["at"]),
-        fields.get("step") or None, fields.get("data") or None,
-    )  # fmt: skip
-
-
-def feed_event(data: str | bytes) -> StoredEvent:
-    """Decode a feed message: fields "<byte length>:<bytes>" (see the Lua `emit`)."""
-    raw = data.encode() if isinstance(data, str) else data
-    fields: list[str] = []
-    i = 0
-    while i < len(raw):
-        colon = raw.index(b":", i)
-        end = colon + 1 + int(raw[i:colon])
-        fields.append(raw[colon + 1 : end].decode())
-        i = end
-    run_id, eid, etype, at, step, evdata = fields
-    return StoredEvent(eid, run_id, etype, float(at), step or None, evdata or None)
-
-
-def _checkpoint(fields: dict[str, str]) -> StoredCheckpoint:
-    return StoredCheckpoint(
-        checkpoint_id=int(fields["id"]),
-        kind=CheckpointKind(fields["kind"]),
-        step_key=fields.get("step") or None,
-        status=RunStatus(fields["status"]),
-        at=float(fields["at"]),
-        seq=int(fields.get("seq") or 0),
-    )
-
-
-def written(marks: dict[str, str]) -> dict[str, int]:
-    """Each journal record's write number, from its js: entry ("seq" or "seq:id:at")."""
-    return {key: int(mark.split(":", 1)[0]) for key, mark in marks.items()}
-
-
-def checkpoints(entries: Any, marks: dict[str, str]) -> list[StoredCheckpoint]:
+def checkpoints(
+    entries: Any, marks: dict[str, str], run_id: str = "", keys: tuple[str, str] = ("", "")
+) -> list[StoredCheckpoint]:
     """All checkpoints in order: the stream's run-level ones, and each completed
-    step's, kept in its js: entry as "seq:id:at" (see the Lua `journaled`)."""
-    found = [_checkpoint(fields) for _, fields in entries]
+    step's, kept in its js: entry as "seq:id:at" (see the Lua `journaled`).
+    `CorruptData` (naming the key and entry; `keys`: the stream's and the js:
+    hash's) when one cannot be read."""
+    stream, js = keys
+    found = [_checkpoint(run_id, stream, str(eid), fields) for eid, fields in entries]
     for step, mark in marks.items():
         parts = mark.split(":", 2)
         if len(parts) == 3:
             seq, cid, at = parts
-            found.append(
-                StoredCheckpoint(int(cid), CheckpointKind.STEP_COMPLETED, step,
-                                 RunStatus.RUNNING, float(at), int(seq))
-            )  # fmt: skip
+            try:
+                found.append(
+                    StoredCheckpoint(strict_int(cid), CheckpointKind.STEP_COMPLETED, step,
+                                     RunStatus.RUNNING, strict_float(at), strict_int(seq))
+                )  # fmt: skip
+            except ValueError:
+                raise CorruptData(
+                    run_id, js, f"entry {show(step)} is not a checkpoint mark: {show(mark)}"
+                ) from None
     found.sort(key=lambda c: c.checkpoint_id)
     return found
+
+
+def _float(value: str | None) -> float | None:
+    return None if value is None or value == "" else float(value)
 
 
 def intent(intent_id: str, h: dict[str, str]) -> StoredIntent:
@@ -241,18 +216,24 @@ _REFUSALS = {
     "not_waiting": Refusal.NOT_WAITING,
     "forbidden": Refusal.FORBIDDEN,
     "exists": Refusal.EXISTS,
+    "corrupt": Refusal.CORRUPT,
 }
 
 
 def refused(reply: Any) -> Refused | None:
-    """A script's error reply ``{'err', code, a, b}`` as a `Refused`; None otherwise."""
+    """A script's error reply ``{'err', code, a, b}`` as a `Refused`; None otherwise.
+    A refused argument (``invalid``: the caller's bug) raises `ValueError`."""
     if not (isinstance(reply, list) and reply and reply[0] == "err"):
         return None
+    if reply[1] == "invalid":
+        raise ValueError(f"the store refused an argument: {reply[2]}")
     why = _REFUSALS.get(reply[1])
     if why is None:
         raise RuntimeError(f"store script failed with {reply!r}")
     a, b = (reply[2] if len(reply) > 2 else ""), (reply[3] if len(reply) > 3 else "")
     if why is Refusal.FORBIDDEN:
         return Refused(why, actor=a)
+    if why is Refusal.CORRUPT:
+        return Refused(why, key=a, detail=b)
     status = RunStatus(a) if a else None
     return Refused(why, status, RunStatus(b) if b else None)

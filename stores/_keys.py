@@ -39,6 +39,7 @@ SUFFIX = {
     "leases": "leases",  # ZSET  run id -> lease expiry
     "runs": "runs",  # ZSET  every run id -> created_at
     "expiry": "expiry",  # ZSET  run id -> when its data is deleted (retention, tombstones)
+    "repair": "repair",  # HASH  the repair pass's cursor: status, run id, score, next pass due
     # The outbox. An intent outlives its run until it is delivered: its hash is
     # not a per-run key (deleting a run drops its settled intents only).
     "intents": "obr:",  # SET   the run's outbox intent ids (+ run id)
@@ -62,7 +63,7 @@ RUN_SUFFIXES = (
 #: The suffixes of the keys a partition's runs share (indexes, queues, feed, outbox).
 SHARED_SUFFIXES = (
     "feed", "queue", "wake", "status", "queues", "seq", "timers", "leases", "runs", "expiry",
-    "intent", "outbox", "outbox_wake", "intent_seq", "workers", "worker",
+    "repair", "intent", "outbox", "outbox_wake", "intent_seq", "workers", "worker",
 )  # fmt: skip
 
 

@@ -92,6 +92,11 @@ class EventType(enum.StrEnum):
     WAIT_COMPLETED = "wait.completed"
     WAIT_TIMED_OUT = "wait.timed_out"
     RUN_LEASE_EXPIRED = "run.lease_expired"
+    RUN_REPAIRED = "run.repaired"
+    """The workers' repair pass found the run on no index that would run or wake it
+    (pending off its queue, running or replaying with neither a lease nor a queue
+    entry, waiting with neither a timer nor a wait) and queued it again (data:
+    ``{"found": <what was missing>}``)."""
     RUN_RESUMED = "run.resumed"
     RUN_COMPLETED = "run.completed"
     RUN_FAILED = "run.failed"

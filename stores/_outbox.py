@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
+from redis.exceptions import ResponseError
+
 from stores import _codec
 from stores._base import RedisBase
-from stores.protocol import Delivery, IntentClaim, StoredIntent
+from stores.protocol import CorruptData, Delivery, IntentClaim, StoredIntent
 
 __all__ = ["Outbox"]
 
@@ -75,16 +77,33 @@ class Outbox(RedisBase):
         async with self.client.pipeline(transaction=False) as pipe:
             pipe.exists(k.run(run_id))
             pipe.smembers(k.intents(run_id))
-            exists, ids = await pipe.execute()
+            exists, ids = await pipe.execute(raise_on_error=False)
         if not exists:
             return None
+        # Damaged data (a key of another type, a field missing or not a number)
+        # is this run's alone: CorruptData naming the key, never a raw error.
+        if isinstance(ids, ResponseError):
+            raise CorruptData(run_id, k.intents(run_id), "is not a set")
+        bad = next((i for i in ids if not i.isdigit()), None)
+        if bad is not None:
+            raise CorruptData(run_id, k.intents(run_id), f"holds {bad[:40]!r}, not an intent id")
         p = k.partition(run_id)
         ordered = sorted(ids, key=int)
         async with self.client.pipeline(transaction=False) as pipe:
             for iid in ordered:
                 pipe.hgetall(k.intent(p, iid))
-            rows = await pipe.execute()
-        return [_codec.intent(iid, h) for iid, h in zip(ordered, rows, strict=True) if h]
+            rows = await pipe.execute(raise_on_error=False)
+        out = []
+        for iid, h in zip(ordered, rows, strict=True):
+            if isinstance(h, ResponseError):
+                raise CorruptData(run_id, k.intent(p, iid), "is not a hash")
+            if h:
+                try:
+                    out.append(_codec.intent(iid, h))
+                except (KeyError, ValueError) as exc:
+                    detail = f"cannot be read ({type(exc).__name__}: {exc})"[:200]
+                    raise CorruptData(run_id, k.intent(p, iid), detail) from None
+        return out
 
     async def wait_intents(self, channels: Sequence[str], timeout: float) -> bool:
         if not channels:

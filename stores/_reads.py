@@ -6,60 +6,157 @@ from collections.abc import Sequence
 from typing import Any
 
 from redis.asyncio.client import PubSub
+from redis.exceptions import ResponseError
 
-from stores import _codec
+from stores import _codec, _decode
 from stores._base import RedisBase
 from stores._keys import SUFFIX
-from stores.protocol import Lineage, StoredCheckpoint, StoredEvent
+from stores.protocol import (
+    CorruptData,
+    Lineage,
+    RunStatus,
+    StoredCheckpoint,
+    StoredEvent,
+    StoredRun,
+)
 
 __all__ = ["Reads"]
 
 
 class Reads(RedisBase):
-    """Lineage, events, checkpoints, the live feed; wake-up and finish waits."""
+    """Runs, lineage, events, checkpoints, the live feed; wake-up and finish waits."""
+
+    async def get_run(self, run_id: str) -> StoredRun | None:
+        return await self._read_run(run_id, self.keys.run(run_id))
+
+    async def get_tombstone(self, run_id: str) -> StoredRun | None:
+        return await self._read_run(run_id, self.keys.gone(run_id))
+
+    async def _read_run(self, run_id: str, key: str) -> StoredRun | None:
+        try:
+            h: Any = await self.client.hgetall(key)
+        except ResponseError as e:
+            return await self._mistyped_run(run_id, key, e)
+        return _decode.stored_run(run_id, h, key) if h else None
+
+    async def _mistyped_run(self, run_id: str, key: str, error: ResponseError) -> StoredRun:
+        """A run whose record is not a hash (HGETALL answered WRONGTYPE): reported
+        damaged, with nothing read. Another error is raised as it is."""
+        if not str(error).startswith("WRONGTYPE"):
+            raise error
+        kind: Any = await self.client.type(key)
+        return _decode.damaged_run(run_id, {}, key, f"holds a {kind}, not a hash")
+
+    async def list_runs(
+        self, status: RunStatus | None, flow: str | None, limit: int
+    ) -> list[StoredRun]:
+        found: list[StoredRun] = []
+        for p in self._partitions():
+            index = self.keys.status_index(p, status.value) if status else self.keys.all_runs(p)
+            start = 0
+            while len(found) < limit * (p + 1):
+                ids: Any = await self.client.zrevrange(index, start, start + 99)
+                if not ids:
+                    break
+                start += len(ids)
+                async with self.client.pipeline(transaction=False) as pipe:
+                    for run_id in ids:
+                        pipe.hgetall(self.keys.run(run_id))
+                    # one damaged record must not fail the page: its error comes
+                    # back in its place, and the run is listed as damaged
+                    hashes = await pipe.execute(raise_on_error=False)
+                for run_id, h in zip(ids, hashes, strict=True):
+                    key = self.keys.run(run_id)
+                    if isinstance(h, ResponseError):
+                        run = await self._mistyped_run(run_id, key, h)
+                    elif h:
+                        run = _decode.stored_run(run_id, h, key)
+                    else:
+                        continue  # a stale index entry: the run is gone
+                    if flow is None or run.flow == flow:
+                        found.append(run)
+        found.sort(key=lambda r: r.created_at, reverse=True)
+        return found[:limit]
 
     async def read_lineage(self, run_id: str) -> Lineage | None:
         k = self.keys
         base = k.base_of(run_id)
+        names = [k.run(run_id), k.journal(run_id), base + SUFFIX["jseq"] + run_id,
+                 base + SUFFIX["lineage"] + run_id, k.checkpoints(run_id)]  # fmt: skip
         async with self.client.pipeline(transaction=False) as pipe:
-            pipe.hgetall(k.run(run_id))
-            pipe.hgetall(k.journal(run_id))
-            pipe.hgetall(base + SUFFIX["jseq"] + run_id)
-            pipe.hgetall(base + SUFFIX["lineage"] + run_id)
-            pipe.xrange(k.checkpoints(run_id), "-", "+")
-            h, journal, jseq, lineage, cps = await pipe.execute()
+            for name in names[:4]:
+                pipe.hgetall(name)
+            pipe.xrange(names[4], "-", "+")
+            replies = await pipe.execute(raise_on_error=False)
+        for name, reply, want in zip(names, replies, ("hash",) * 4 + ("stream",), strict=True):
+            if isinstance(reply, ResponseError):
+                raise await self._unreadable(run_id, name, reply, want)
+        h, journal, jseq, lineage, cps = replies
         if not h:
             return None
+        # A replay or fork copies these records: every one must be readable.
+        run = _decode.stored_run(run_id, h, names[0])
+        if run.damage is not None:
+            raise CorruptData(run_id, names[0], run.damage[len(names[0]) + 2 :])
+        for name, pairs in zip(names[1:4], (journal, jseq, lineage), strict=True):
+            for step, text in pairs.items():
+                if _decode.unreadable(step) or _decode.unreadable(text):
+                    raise CorruptData(
+                        run_id, name, f"entry {_decode.show(step)} holds bytes that are not UTF-8"
+                    )
         return Lineage(
-            _codec.stored_run(run_id, h), journal, _codec.written(jseq), lineage,
-            _codec.checkpoints(cps, jseq),
+            run, journal, _codec.written(jseq, run_id, names[2]), lineage,
+            _codec.checkpoints(cps, jseq, run_id, (names[4], names[2])),
         )  # fmt: skip
+
+    async def _unreadable(
+        self, run_id: str, key: str, error: ResponseError, want: str
+    ) -> Exception:
+        """The error to raise for a read that Redis refused: `CorruptData` for a key
+        of another type than `want` (WRONGTYPE), else `error` itself."""
+        if not str(error).startswith("WRONGTYPE"):
+            return error
+        kind: Any = await self.client.type(key)
+        return CorruptData(run_id, key, f"holds a {kind}, not a {want}")
 
     async def events(self, run_id: str, cursor: str | None, limit: int) -> list[StoredEvent]:
         start = "-" if cursor is None else f"({cursor}"
-        entries: Any = await self.client.xrange(self.keys.events(run_id), start, "+", count=limit)
-        return [_codec.stored_event(str(eid), run_id, fields) for eid, fields in entries]
+        key = self.keys.events(run_id)
+        try:
+            entries: Any = await self.client.xrange(key, start, "+", count=limit)
+        except ResponseError as e:
+            raise await self._unreadable(run_id, key, e, "stream") from None
+        return [_codec.stored_event(str(eid), run_id, fields, key) for eid, fields in entries]
 
     async def checkpoints(self, run_id: str) -> list[StoredCheckpoint]:
         # Run-level checkpoints are stream entries; a step_completed checkpoint
         # lives in its step's js: entry ("seq:id:at", see the Lua `journaled`).
         k = self.keys
+        names = (k.checkpoints(run_id), k.base_of(run_id) + SUFFIX["jseq"] + run_id)
         async with self.client.pipeline(transaction=False) as pipe:
-            pipe.xrange(k.checkpoints(run_id), "-", "+")
-            pipe.hgetall(k.base_of(run_id) + SUFFIX["jseq"] + run_id)
-            entries, marks = await pipe.execute()
-        return _codec.checkpoints(entries, marks)
+            pipe.xrange(names[0], "-", "+")
+            pipe.hgetall(names[1])
+            replies = await pipe.execute(raise_on_error=False)
+        for name, reply, want in zip(names, replies, ("stream", "hash"), strict=True):
+            if isinstance(reply, ResponseError):
+                raise await self._unreadable(run_id, name, reply, want)
+        entries, marks = replies
+        return _codec.checkpoints(entries, marks, run_id, names)
 
     async def correlation(self, run_ids: Sequence[str]) -> dict[str, tuple[str, str | None]]:
-        """Trace and tenant ids of runs (for feed followers); unknown runs are left out."""
+        """Trace and tenant ids of runs (for feed followers); unknown runs are left
+        out, and so are runs whose record cannot be read (their events still come)."""
         async with self.client.pipeline(transaction=False) as pipe:
             for run_id in run_ids:
                 pipe.hmget(self.keys.run(run_id), ["trace_id", "tenant_id"])
-            rows = await pipe.execute()
+            rows = await pipe.execute(raise_on_error=False)
         return {
             run_id: (trace or run_id, tenant or None)
-            for run_id, (trace, tenant) in zip(run_ids, rows, strict=True)
-            if trace is not None or tenant is not None
+            for run_id, row in zip(run_ids, rows, strict=True)
+            if not isinstance(row, ResponseError)
+            for trace, tenant in [row]
+            if (trace is not None or tenant is not None)
+            and not any(x is not None and _decode.unreadable(x) for x in row)
         }
 
     async def follow(
@@ -71,7 +168,9 @@ class Reads(RedisBase):
         out: list[StoredEvent] = []
         msg = await subscription.get_message(ignore_subscribe_messages=True, timeout=timeout)
         while msg is not None:
-            out.append(_codec.feed_event(msg["data"]))
+            event = _codec.feed_event(msg["data"])
+            if event is not None:  # a message that cannot be read is skipped
+                out.append(event)
             if len(out) >= count:
                 break
             msg = await subscription.get_message(ignore_subscribe_messages=True, timeout=0.0)

@@ -13,8 +13,11 @@ import attrs
 from stores._lifecycle import CheckpointKind, EventType, RunStatus
 
 __all__ = [
+    "MAX_PRIORITY",
     "Claim",
     "Consumed",
+    "CorruptData",
+    "Damaged",
     "Delivery",
     "IntentClaim",
     "Lineage",
@@ -33,6 +36,11 @@ __all__ = [
     "TickResult",
     "WorkerBeat",
 ]
+
+
+#: Priorities a run may have: -MAX_PRIORITY..MAX_PRIORITY (stores keep them
+#: exact in a queue score next to a 40-bit sequence number).
+MAX_PRIORITY = 4095
 
 
 # -- what a store is asked to write ------------------------------------------------
@@ -139,18 +147,57 @@ class StoredRun:
     root_run_id: str | None = None
     retry: str | None = None  # JSON
     format_version: int = 1
+    damage: str | None = None
+    """What of the stored record could not be read ("<key>: <what>; ..."), None
+    when all of it could: the fields it names hold their defaults here, and a
+    status that cannot be read is reported as ``failed``."""
+
+
+@attrs.frozen
+class Damaged:
+    """A run whose stored data a store cannot read or work with: which key, and what
+    is wrong with it (``"field 'priority' is not an integer"``, ``"holds a string,
+    not a hash"``...).
+
+    The engine fails such a run alone (`Store.quarantine`). `fence` is the fencing
+    token when the run was leased to the caller as it was found (a claim whose
+    data the store read, but could not decode); None when it was not leased.
+    """
+
+    run_id: str
+    key: str
+    detail: str
+    fence: int | None = None
+
+
+class CorruptData(Exception):
+    """A store found a run's stored data unreadable while serving a call (an
+    activation's write, a read of its history). Nothing was written. The engine
+    turns it into `sdk.errors.CorruptRecord` for users, and fails the run."""
+
+    def __init__(self, run_id: str, key: str, detail: str) -> None:
+        self.run_id = run_id
+        self.key = key
+        self.detail = detail
+        super().__init__(f"run {run_id!r}: {key}: {detail}")
 
 
 @attrs.frozen
 class Claim:
     """A run a worker now holds a lease on, with its whole journal (step key ->
     record JSON), the mailboxes that held signals when it was claimed, and the
-    reusable records of its lineage (a replay's or fork's source runs)."""
+    reusable records of its lineage (a replay's or fork's source runs).
+
+    With `damage`, the store could not read the run: nothing else of the claim
+    is usable (`run` holds what could be read), and the caller should fail the
+    run (`Store.quarantine`) instead of executing it.
+    """
 
     run: StoredRun
     journal: dict[str, str]
     mail: frozenset[Mailbox] = frozenset()
     lineage: dict[str, str] = attrs.field(factory=dict)
+    damage: Damaged | None = None
 
 
 @attrs.frozen
@@ -201,11 +248,15 @@ class StartOutcome:
 
 @attrs.frozen
 class TickResult:
-    """Timers fired and runs recovered by one `tick`, and when the next is due."""
+    """Timers fired and runs recovered by one `tick`, and when the next is due;
+    runs the repair pass put back on an index (`repaired`), and runs found
+    damaged (`damaged`: the caller fails them, `Store.quarantine`)."""
 
     fired: int
     recovered: int
     next_due: float | None
+    repaired: int = 0
+    damaged: tuple[Damaged, ...] = ()
 
 
 class Consumed(enum.Enum):
@@ -235,6 +286,7 @@ class Refusal(enum.Enum):
     FORBIDDEN = "forbidden"  # `actor` is not among the wait's approvers (audited)
     FENCED = "fenced"  # the activation's lease is lost
     EXISTS = "exists"  # the new run's id is taken
+    CORRUPT = "corrupt"  # the run's stored data cannot be worked with (`key`, `detail`)
 
 
 @attrs.frozen
@@ -245,6 +297,8 @@ class Refused:
     status: RunStatus | None = None
     requested: RunStatus | None = None
     actor: str | None = None
+    key: str | None = None  # CORRUPT: the damaged key
+    detail: str | None = None  # CORRUPT: what is wrong with it
 
 
 @attrs.frozen

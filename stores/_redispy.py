@@ -23,6 +23,22 @@ rely on, and what keeps them honest:
 - ``NOSCRIPT`` is left to redis-py's script object (``Redis.register_script``),
   which loads the script and runs it again over the normal path.
 
+**Decoding.** The store's clients decode replies with ``encoding_errors=
+READ_ERRORS`` ("surrogateescape"). redis-py decodes a whole reply as it parses
+it: with strict decoding, one stored value that is not UTF-8 (written by
+something other than Steadyflow, or a damaged key) makes the *whole* reply
+raise, so a claim of ten runs would fail for one bad byte in one of them, and
+keep failing. Decoded with surrogateescape, each bad byte becomes a lone
+surrogate (``"\\udcff"``), which no valid UTF-8 decodes to: the store finds them
+per run (`stores._decode.unreadable`) and reports that run damaged. Commands go
+the other way strictly (`pack`, and `strict_args` for redis-py's own path): a
+str with a lone surrogate is refused (``UnicodeEncodeError``) rather than
+stored as bytes no reader could decode; `bytes` go as they are (the store
+names a run whose id was read with bad bytes by exactly those bytes).
+
+`unavailable` tells an outage (connection refused or lost, a timeout, a
+server still loading its data set) from every other error.
+
 `script_runner` picks the lane for the clients it supports (a plain
 ``redis.asyncio.Redis``, fakeredis's included) and redis-py's normal path for
 any other (Redis Cluster, a single-connection client): a store works with any
@@ -33,6 +49,7 @@ newest redis-py ``pyproject.toml`` allows (``.ci/run``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
@@ -42,14 +59,40 @@ from redis.asyncio.connection import AbstractConnection, ConnectionPool
 from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
-__all__ = ["Lane", "RedisPyScripts", "ScriptRunner", "pack", "script_runner"]
+__all__ = [
+    "READ_ERRORS",
+    "Lane",
+    "RedisPyScripts",
+    "ScriptRunner",
+    "pack",
+    "script_runner",
+    "strict_args",
+    "unavailable",
+]
+
+#: How the store's clients decode replies (see the module docstring).
+READ_ERRORS = "surrogateescape"
+
+
+def unavailable(error: BaseException) -> bool:
+    """Whether `error` means Redis cannot be reached or is not serving now: a
+    refused or lost connection (``BusyLoadingError`` is one), a timeout, an
+    ``OSError`` underneath. Anything else is a fault in the data or the call."""
+    return isinstance(error, (RedisConnectionError, RedisTimeoutError, OSError, TimeoutError))
+
+
+def strict_args(args: Sequence[Any]) -> list[Any]:
+    """`args` with each str encoded strictly (bytes as given): what `pack` sends,
+    for redis-py's own path, whose encoder may be lenient (`READ_ERRORS`)."""
+    return [a.encode() if type(a) is str else a for a in args]
 
 
 class ScriptRunner(Protocol):
     """How a store sends its script calls."""
 
-    async def run(self, script: AsyncScript, keys: Sequence[str], args: Sequence[Any]) -> Any:
+    async def run(self, script: AsyncScript, keys: Sequence[Any], args: Sequence[Any]) -> Any:
         """``EVALSHA`` of `script`: its reply, or the error Redis answered."""
 
     async def close(self) -> None:
@@ -77,8 +120,8 @@ def script_runner(client: Any, *, size: int | None = None) -> ScriptRunner:
 class RedisPyScripts:
     """redis-py's own path: the script object, through its client."""
 
-    async def run(self, script: AsyncScript, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        return await script(keys, args)
+    async def run(self, script: AsyncScript, keys: Sequence[Any], args: Sequence[Any]) -> Any:
+        return await script(strict_args(keys), strict_args(args))
 
     async def close(self) -> None:
         return None
@@ -121,7 +164,8 @@ def pack(args: tuple[Any, ...], encoding: str = "utf-8", errors: str = "strict")
 def _packed(conn: AbstractConnection, args: tuple[Any, ...]) -> list[bytes]:
     enc = conn.encoder
     try:
-        return [pack(args, enc.encoding, enc.encoding_errors)]
+        # strictly, whatever the connection decodes with (see the module docstring)
+        return [pack(args, enc.encoding, "strict")]
     except _Unusual:
         return conn.pack_command(*args)
 
@@ -153,7 +197,7 @@ class Lane:
             cls, "re_auth", None
         )  # in every supported redis-py (5.3+), not in every connection class
 
-    async def run(self, script: AsyncScript, keys: Sequence[str], args: Sequence[Any]) -> Any:
+    async def run(self, script: AsyncScript, keys: Sequence[Any], args: Sequence[Any]) -> Any:
         """``EVALSHA`` of `script`: its reply, or the error Redis answered."""
         conn = self._idle.pop() if self._idle else await self._take()
         command = ("EVALSHA", script.sha, len(keys), *keys, *args)
@@ -166,7 +210,8 @@ class Lane:
             pass  # a flushed or restarted server: below, once the connection is back
         finally:
             await self._give(conn)
-        return await script(keys, args)  # redis-py loads it and runs it again
+        # redis-py loads it and runs it again
+        return await script(strict_args(keys), strict_args(args))
 
     async def close(self) -> None:
         """Give every connection back to the pool (closing the ones it no longer knows)."""
@@ -225,8 +270,11 @@ class Lane:
             # The call's reply is in hand; a reconnect authenticates afresh.
             await conn.disconnect()
         finally:
-            if conn in self._made:  # not after close()
+            if conn in self._made:
                 self._hand_on(conn)
+            else:  # the lane was closed during the call: the pool takes it back
+                with contextlib.suppress(KeyError):  # unless the pool was reset meanwhile
+                    await self._pool.release(conn)
 
     def _hand_on(self, conn: AbstractConnection) -> None:
         while self._waiters:

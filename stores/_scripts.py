@@ -24,7 +24,8 @@ What the files may use beyond Lua (filled in here):
 - ``K.name``: the key suffix ``name`` of `stores._keys.SUFFIX`, as a literal;
 - ``@EVENTS_MAX@``: the store's ``max_events_per_run``;
 - the prelude's ``-- @generated`` line: ``ALLOWED`` (the transition table),
-  ``TERMINAL`` and ``RUN_KEYS``, generated from their one Python source;
+  ``TERMINAL``, ``RUN_KEYS`` and ``MAX_PRIORITY``, generated from their one
+  Python source;
 - a body line ``--@splice NAME``: NAME's body up to its final ``return 1``.
 
 A file's leading comment lines document it and are not sent.
@@ -39,6 +40,7 @@ from importlib import resources
 from types import MappingProxyType
 
 from stores._keys import RUN_SUFFIXES, SUFFIX
+from stores._records import MAX_PRIORITY
 from stores.protocol import TRANSITIONS, RunStatus
 
 __all__ = ["build_scripts", "lua_files"]
@@ -61,6 +63,7 @@ def _lua_table() -> str:
         f"local ALLOWED = {{{allowed}}}\n"
         f"local TERMINAL = {{{terminal}}}\n"
         f"local RUN_KEYS = {{{run_keys}}}\n"
+        f"local MAX_PRIORITY = {MAX_PRIORITY}\n"
     )
 
 

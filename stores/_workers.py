@@ -41,7 +41,13 @@ class Workers(RedisBase):
             pipe.zrangebyscore(self.keys.workers(), f"({num(now)}", "+inf")
             pipe.hgetall(self.keys.worker())
             alive, records = await pipe.execute()
-        return [_beat(json.loads(records[w])) for w in alive if w in records]
+        found = []
+        for w in alive:
+            try:
+                found.append(_beat(json.loads(records[w])))
+            except (KeyError, TypeError, ValueError):
+                continue  # gone meanwhile, or a record that cannot be read: not listed
+        return found
 
 
 def _beat(data: dict[str, Any]) -> WorkerBeat:

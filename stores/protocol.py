@@ -29,9 +29,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from stores._lifecycle import RESUMABLE, TRANSITIONS, CheckpointKind, EventType, RunStatus
+from stores._protocol_parts import HistoryReads, OutboxStore, WorkerRegistry
 from stores._records import (
     Claim,
     Consumed,
+    CorruptData,
+    Damaged,
     Delivery,
     IntentClaim,
     Lineage,
@@ -57,13 +60,17 @@ __all__ = [
     "CheckpointKind",
     "Claim",
     "Consumed",
+    "CorruptData",
+    "Damaged",
     "Delivery",
     "EventType",
+    "HistoryReads",
     "IntentClaim",
     "Lineage",
     "Mailbox",
     "NewIntent",
     "NewRun",
+    "OutboxStore",
     "Parked",
     "Refusal",
     "Refused",
@@ -77,10 +84,11 @@ __all__ = [
     "StoredRun",
     "TickResult",
     "WorkerBeat",
+    "WorkerRegistry",
 ]
 
 
-class Store(Protocol):
+class Store(HistoryReads, OutboxStore, WorkerRegistry, Protocol):
     """Run records, journals, mailboxes, timers, queues and leases.
 
     **Repeating a call.** A call whose reply was lost (a dropped connection)
@@ -93,6 +101,14 @@ class Store(Protocol):
     adds nothing the second time; `finish`, `suspend` and `release` answer
     FENCED (the first moved the run off its lease); a repeated `claim` has
     already taken the run, which waits for its lease to expire.
+
+    **Damaged data.** A run whose stored data cannot be read or worked with (a
+    key of another type, a field that is not a number, bytes that are not
+    UTF-8) never fails a call for other runs, and is never half-written:
+    operations on it change nothing and answer `Refused` with
+    `Refusal.CORRUPT` (clients' operations) or raise `CorruptData` (an
+    activation's writes, history reads); claims and ticks report it
+    (`Claim.damage`, `TickResult.damaged`) for the engine to `quarantine`.
     """
 
     # -- runs ------------------------------------------------------------------
@@ -107,7 +123,10 @@ class Store(Protocol):
         """
         ...
 
-    async def get_run(self, run_id: str) -> StoredRun | None: ...
+    async def get_run(self, run_id: str) -> StoredRun | None:
+        """The run as stored; None for no such run. A record that cannot be read
+        whole comes back with `StoredRun.damage` saying what (never an error)."""
+        ...
 
     async def get_tombstone(self, run_id: str) -> StoredRun | None:
         """What is left of a run deleted on success (its record without arguments)
@@ -115,7 +134,8 @@ class Store(Protocol):
         ...
 
     async def read_lineage(self, run_id: str) -> Lineage | None:
-        """A run with its journal, write numbers, lineage and checkpoints."""
+        """A run with its journal, write numbers, lineage and checkpoints.
+        `CorruptData` when any of them cannot be read."""
         ...
 
     async def derive_run(
@@ -134,7 +154,8 @@ class Store(Protocol):
     async def list_runs(
         self, status: RunStatus | None, flow: str | None, limit: int
     ) -> list[StoredRun]:
-        """Newest first. Several round trips."""
+        """Newest first. Several round trips. A run whose record cannot be read
+        whole is listed with `StoredRun.damage` set (never an error)."""
         ...
 
     # -- activations ---------------------------------------------------------------
@@ -157,6 +178,11 @@ class Store(Protocol):
         store may look only so deep into a queue for one: Redis looks at the
         first 64). Not repeatable: a claim whose reply was lost holds its runs
         until their leases expire and `tick` recovers them.
+
+        A run whose data cannot be read (or worked with) comes back as a claim
+        with `Claim.damage` set, taken off its queue, and leased only if its data
+        was read (`Damaged.fence`); the others of the batch are unaffected. The
+        caller fails it with `quarantine`.
         """
         ...
 
@@ -173,7 +199,8 @@ class Store(Protocol):
         flows: Sequence[str] | None = None,
     ) -> tuple[list[Claim], TickResult]:
         """`tick` then `claim`, in one round trip per partition (a worker's loop).
-        `TickResult.next_due` is as for `tick`."""
+        `TickResult.next_due` is as for `tick`; damaged runs come back as for
+        both (`TickResult.damaged`, `Claim.damage`)."""
         ...
 
     async def record(
@@ -283,7 +310,42 @@ class Store(Protocol):
         `max_recoveries` recoveries without progress. `next_due` is the
         earliest timer or lease expiry left (None: neither), so a worker can
         sleep until then.
+
+        It also runs the repair pass, at most once a second (of `now`) per
+        partition and over at most `limit` runs a time, walking the runs that
+        have not ended: a run no index reaches (pending off its queue, running
+        or replaying with neither a lease nor a queue entry, waiting with
+        neither a timer nor a wait) is queued again with a ``run.repaired``
+        event (`TickResult.repaired`). Runs found damaged on the way (here or
+        by the timers and leases) are not touched: they come back in
+        `TickResult.damaged` for the caller to `quarantine`.
         """
+        ...
+
+    async def quarantine(self, run_id: str, fence: int | None, now: float, error: str) -> bool:
+        """Fail a run whose data cannot be read: status ``failed``, reason
+        ``corrupt_record``, `error` (the engine's error JSON), taken off every
+        queue, timer, lease and status index but ``failed``, with a ``run.failed``
+        event and a done notice for waiters, as far as its damaged keys allow.
+        What was damaged stays as it was found (for inspection).
+
+        With `fence`, only while the run is leased on it; without, only while no
+        lease is held. False when nothing was done: the run ended, is gone, is
+        held by another lease, or its record is not a hash (then nothing of it
+        can be written). Repeated: False.
+        """
+        ...
+
+    def key_of(self, run_id: str, part: str) -> str:
+        """Where `part` of a run is kept, for messages about damaged data:
+        ``"run"`` (its record), ``"journal"`` or ``"lineage"``. A Redis store
+        answers the key's name."""
+        ...
+
+    def is_unavailable(self, error: BaseException) -> bool:
+        """Whether `error`, raised by a call of this store, means the store cannot
+        be reached or is not serving right now (retry later), rather than a
+        fault in the data or the call."""
         ...
 
     # -- what clients do -------------------------------------------------------------
@@ -335,94 +397,6 @@ class Store(Protocol):
         ``run.deleted`` event (`event_data`: who deleted it) goes to the feed
         only. `NOT_FINISHED` for a run that has not finished (nothing is
         deleted); `NOT_FOUND` when repeated."""
-        ...
-
-    # -- reading a run's history -------------------------------------------------------
-
-    async def events(self, run_id: str, cursor: str | None, limit: int) -> list[StoredEvent]:
-        """A page of a run's events after `cursor` (exclusive), oldest first."""
-        ...
-
-    async def checkpoints(self, run_id: str) -> list[StoredCheckpoint]:
-        """A run's checkpoints, oldest first."""
-        ...
-
-    async def correlation(self, run_ids: Sequence[str]) -> dict[str, tuple[str, str | None]]:
-        """(trace id, tenant id) of each known run."""
-        ...
-
-    async def follow(
-        self, subscription: Any, timeout: float, count: int
-    ) -> tuple[list[StoredEvent], Any]:
-        """Events of every run published since `subscription` was made (None: make
-        one now), waiting up to `timeout` for the first; returns them and the
-        subscription. Live only: what is published while nobody follows is lost."""
-        ...
-
-    async def unfollow(self, subscription: Any) -> None:
-        """Close a subscription `follow` made."""
-        ...
-
-    async def wait_ready(self, queues: Sequence[str] | None, timeout: float) -> bool:
-        """Block until a run may be ready on these queues (or timeout)."""
-        ...
-
-    async def wait_finished(self, run_id: str, timeout: float) -> bool:
-        """Block until the run has finished (or timeout); True if it has.
-
-        Returns at once for a run that finished and was not resumed since.
-        """
-        ...
-
-    # -- outbox ---------------------------------------------------------------------
-
-    async def claim_intents(
-        self, channels: Sequence[str], limit: int, now: float, lease_ttl: float
-    ) -> tuple[list[IntentClaim], float | None]:
-        """Lease up to `limit` due intents of `channels` for `lease_ttl` seconds,
-        earliest due first, channel by channel in the order given; also when
-        the next one is due (or a lease ends). Each claim counts a delivery."""
-        ...
-
-    async def settle_intent(
-        self,
-        claim: IntentClaim,
-        outcome: Delivery,
-        now: float,
-        *,
-        due: float | None = None,
-        error: str = "",
-        event_data: str = "",
-    ) -> bool:
-        """End a delivery. False when it no longer owns the intent (nothing
-        changed): a failure or release from other than the newest delivery, or
-        any outcome once the intent is settled (so also when repeated)."""
-        ...
-
-    async def renew_intents(self, claims: Sequence[IntentClaim], expiry: float) -> list[str]:
-        """Extend the leases of deliveries in progress; the ids no longer held."""
-        ...
-
-    async def intents(self, run_id: str) -> list[StoredIntent] | None:
-        """A run's intents, oldest first; None for no such run."""
-        ...
-
-    async def wait_intents(self, channels: Sequence[str], timeout: float) -> bool:
-        """Block until an intent of `channels` may be due (or timeout)."""
-        ...
-
-    # -- workers ----------------------------------------------------------------------
-
-    async def beat(self, beat: WorkerBeat) -> None:
-        """Register a worker, or renew its registration, until `beat.expires_at`."""
-        ...
-
-    async def forget_worker(self, worker_id: str) -> None:
-        """Drop a worker's registration (it stopped)."""
-        ...
-
-    async def workers(self, now: float) -> list[WorkerBeat]:
-        """The workers whose registration has not expired at `now`."""
         ...
 
     async def close(self) -> None: ...

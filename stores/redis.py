@@ -18,18 +18,19 @@ import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
 
-from stores import _codec
+from stores import _codec, _decode
 from stores._codec import num
 from stores._control import Control
-from stores._keys import Keys
+from stores._keys import SUFFIX, Keys
 from stores._outbox import Outbox
 from stores._reads import Reads
-from stores._redispy import script_runner
+from stores._redispy import READ_ERRORS, script_runner, unavailable
 from stores._scripts import build_scripts
 from stores._workers import Workers
 from stores.protocol import (
     Claim,
     Consumed,
+    CorruptData,
     EventType,
     Mailbox,
     NewIntent,
@@ -40,7 +41,6 @@ from stores.protocol import (
     RunStatus,
     StartOutcome,
     StepEvent,
-    StoredRun,
     TickResult,
 )
 
@@ -51,7 +51,10 @@ class RedisStore(Reads, Control, Outbox, Workers):
     """Steadyflow's storage on Redis (or on fakeredis, for ``memory://``).
 
     Args:
-        client: a redis-py asyncio client created with ``decode_responses=True``.
+        client: a redis-py asyncio client created with ``decode_responses=True``
+            and ``encoding_errors="surrogateescape"`` (`from_url` and
+            ``open_store`` make theirs so): then a stored value that is not
+            UTF-8 damages only its run (see ``stores._redispy``).
             Store operations (Lua scripts) go over connections the store keeps
             checked out of its pool, up to half the pool (see ``stores._redispy``);
             a client that does not allow that (Redis Cluster, a single-connection
@@ -133,6 +136,8 @@ class RedisStore(Reads, Control, Outbox, Workers):
         # Commands wait for a free connection instead of failing when more
         # activations than `max_connections` write at once. Half the pool is
         # for script calls (the store keeps those checked out), half for the rest.
+        # Replies are decoded leniently: see stores._redispy (READ_ERRORS).
+        kwargs.setdefault("encoding_errors", READ_ERRORS)
         pool = aioredis.BlockingConnectionPool.from_url(
             url,
             max_connections=2 * kwargs.pop("max_connections", 64),
@@ -172,12 +177,13 @@ class RedisStore(Reads, Control, Outbox, Workers):
 
     async def create_run(self, new: NewRun, event_data: str = "") -> StartOutcome:
         k = self.keys
-        code, status = await self._call(
+        reply = await self._call(
             "start",
             [k.run(new.run_id)],
             [k.base_of(new.run_id), new.run_id, new.args_hash, event_data,
              *_codec.run_fields(new)],
         )  # fmt: skip
+        code, status = _decode.corrupt(new.run_id, reply)  # an existing record may be damaged
         return StartOutcome(created=code == 1, status=RunStatus(status), conflict=code == -1)
 
     async def derive_run(
@@ -202,36 +208,6 @@ class RedisStore(Reads, Control, Outbox, Workers):
         )  # fmt: skip
         return _codec.refused(reply)
 
-    async def get_run(self, run_id: str) -> StoredRun | None:
-        h: Any = await self.client.hgetall(self.keys.run(run_id))
-        return _codec.stored_run(run_id, h) if h else None
-
-    async def get_tombstone(self, run_id: str) -> StoredRun | None:
-        h: Any = await self.client.hgetall(self.keys.gone(run_id))
-        return _codec.stored_run(run_id, h) if h else None
-
-    async def list_runs(
-        self, status: RunStatus | None, flow: str | None, limit: int
-    ) -> list[StoredRun]:
-        found: list[StoredRun] = []
-        for p in self._partitions():
-            index = self.keys.status_index(p, status.value) if status else self.keys.all_runs(p)
-            start = 0
-            while len(found) < limit * (p + 1):
-                ids: Any = await self.client.zrevrange(index, start, start + 99)
-                if not ids:
-                    break
-                start += len(ids)
-                async with self.client.pipeline(transaction=False) as pipe:
-                    for run_id in ids:
-                        pipe.hgetall(self.keys.run(run_id))
-                    hashes = await pipe.execute()
-                for run_id, h in zip(ids, hashes, strict=True):
-                    if h and (flow is None or h["flow"] == flow):
-                        found.append(_codec.stored_run(run_id, h))
-        found.sort(key=lambda r: r.created_at, reverse=True)
-        return found[:limit]
-
     # -- activations ----------------------------------------------------------
 
     async def claim(
@@ -254,8 +230,12 @@ class RedisStore(Reads, Control, Outbox, Workers):
                 [self.keys.base(p), owner, num(now), num(now + lease_ttl),
                  str(limit - len(claims)), *_codec.scope(flows, queues)],
             )  # fmt: skip
-            claims += _codec.claims(reply)
+            claims += _decode.claims(_decode.corrupt("", reply), self.keys.run, self._key)
         return claims
+
+    def _key(self, suffix: str, run_id: str) -> str:
+        """A key of a run, by its `stores._keys.SUFFIX` name (for damage reports)."""
+        return self.keys.base_of(run_id) + SUFFIX[suffix] + run_id
 
     async def poll(
         self,
@@ -270,10 +250,9 @@ class RedisStore(Reads, Control, Outbox, Workers):
         flows: Sequence[str] | None = None,
     ) -> tuple[list[Claim], TickResult]:
         claims: list[Claim] = []
-        fired = recovered = 0
-        due: list[float] = []
+        ticks: list[TickResult] = []
         for p in self._partitions():
-            (f, r, nt, nl), taken = await self._call(
+            reply = await self._call(
                 "poll",
                 [self._anchor(p)],
                 [
@@ -282,11 +261,10 @@ class RedisStore(Reads, Control, Outbox, Workers):
                     *_codec.scope(flows, queues),
                 ],
             )  # fmt: skip
-            fired += int(f)
-            recovered += int(r)
-            due += [float(x) for x in (nt, nl) if x != ""]
-            claims += _codec.claims(taken)
-        return claims, TickResult(fired, recovered, min(due) if due else None)
+            ticked, taken = _decode.corrupt("", reply)
+            ticks.append(_decode.tick_result(ticked))
+            claims += _decode.claims(taken, self.keys.run, self._key)
+        return claims, _decode.merged(ticks)
 
     async def record(
         self,
@@ -305,7 +283,10 @@ class RedisStore(Reads, Control, Outbox, Workers):
         )  # fmt: skip
         args = [k.base_of(run_id), run_id, str(fence), key, record, num(now), etype, edata, ecp]
         if not intents:
-            return bool(await self._call("record", [k.run(run_id), k.journal(run_id)], args) == 1)
+            reply = await self._call("record", [k.run(run_id), k.journal(run_id)], args)
+            if reply.__class__ is list:  # an error reply: damaged data, or a bad argument
+                _decode.corrupt(run_id, reply)
+            return bool(reply == 1)
         for intent in intents:
             # the end of the intent's event data; the script puts its id first
             tail = json.dumps(
@@ -315,14 +296,14 @@ class RedisStore(Reads, Control, Outbox, Workers):
             args += [intent.channel, intent.body, tail[1:]]
         args.append(str(len(intents)))  # `record`'s arguments, then the intents and their count
         reply = await self._call("record_out", [k.run(run_id), k.journal(run_id)], args)
-        return bool(reply == 1)
+        return bool(_decode.corrupt(run_id, reply) == 1)
 
     async def mark(self, run_id: str, fence: int, key: str, now: float) -> bool:
         k = self.keys
         ok = await self._call(
             "mark", [k.run(run_id)], [k.base_of(run_id), run_id, str(fence), key, num(now)]
         )
-        return bool(ok == 1)
+        return bool(_decode.corrupt(run_id, ok) == 1)
 
     async def consume(
         self,
@@ -345,10 +326,15 @@ class RedisStore(Reads, Control, Outbox, Workers):
                 _codec.splice_prefix(record), timeout_record,
             ],
         )  # fmt: skip
-        code = int(reply[0])
+        code = int(_decode.corrupt(run_id, reply)[0])
         if code == -1:
             return Consumed.FENCED, None
         if code == 1:
+            if _decode.unreadable(reply[1]):
+                raise CorruptData(
+                    run_id, self._key("mailbox", run_id) + ":" + _codec.mailbox_name(mailbox),
+                    f"a signal's payload holds bytes that are not UTF-8: {_decode.show(reply[1])}",
+                )  # fmt: skip
             return Consumed.SIGNAL, reply[1]
         return (Consumed.TIMEOUT if code == 2 else Consumed.EMPTY), None
 
@@ -380,6 +366,7 @@ class RedisStore(Reads, Control, Outbox, Workers):
                 str(len(records)), *flat, str(len(boxes)), *boxes, *allowed,
             ],
         )  # fmt: skip
+        _decode.corrupt(run_id, reply)
         if reply == -1:
             return Parked.FENCED
         return Parked.PARKED if reply == 1 else Parked.READY
@@ -412,11 +399,16 @@ class RedisStore(Reads, Control, Outbox, Workers):
         )  # fmt: skip
         if reply == -1:
             return Refused(Refusal.FENCED)
+        if isinstance(reply, list) and reply[1] == "corrupt":
+            _decode.corrupt(run_id, reply)  # an activation's write: raised, not refused
         return _codec.refused(reply)
 
     async def release(self, run_id: str, fence: int) -> None:
         k = self.keys
-        await self._call("release", [k.run(run_id)], [k.base_of(run_id), run_id, str(fence)])
+        reply = await self._call(
+            "release", [k.run(run_id)], [k.base_of(run_id), run_id, str(fence)]
+        )
+        _decode.corrupt(run_id, reply)
 
     async def renew(self, leases: Sequence[tuple[str, int]], expiry: float) -> list[str]:
         by_part: dict[int, list[str]] = {}
@@ -424,26 +416,45 @@ class RedisStore(Reads, Control, Outbox, Workers):
             by_part.setdefault(self.keys.partition(run_id), []).extend((run_id, str(fence)))
         lost: list[str] = []
         for p, flat in by_part.items():
-            lost += await self._call(
+            reply = await self._call(
                 "renew", [self._anchor(p)], [self.keys.base(p), num(expiry), *flat]
             )
+            if reply and reply[0] == "err":
+                _decode.corrupt("", reply)
+            lost += reply
         return lost
 
     async def tick(
         self, now: float, max_recoveries: int, recovery_error: str, limit: int = 100
     ) -> TickResult:
-        fired = recovered = 0
-        due: list[float] = []
+        ticks: list[TickResult] = []
         for p in self._partitions():
-            f, r, nt, nl = await self._call(
+            reply = await self._call(
                 "tick",
                 [self._anchor(p)],
                 [self.keys.base(p), num(now), str(limit), str(max_recoveries), recovery_error],
             )
-            fired += int(f)
-            recovered += int(r)
-            due += [float(x) for x in (nt, nl) if x != ""]
-        return TickResult(fired, recovered, min(due) if due else None)
+            ticks.append(_decode.tick_result(_decode.corrupt("", reply)))
+        return _decode.merged(ticks)
+
+    async def quarantine(self, run_id: str, fence: int | None, now: float, error: str) -> bool:
+        k = self.keys
+        # The id goes back as the bytes it was read as: a run id that is not UTF-8
+        # (found in an index) is named by exactly those bytes.
+        raw = run_id.encode("utf-8", "surrogateescape")
+        base = k.base_of(run_id).encode()
+        reply = await self._call(
+            "quarantine",
+            [base + SUFFIX["run"].encode() + raw],
+            [base, raw, "" if fence is None else str(fence), num(now), error],
+        )
+        return bool(_decode.corrupt(run_id, reply) == 1)
+
+    def is_unavailable(self, error: BaseException) -> bool:
+        return unavailable(error)
+
+    def key_of(self, run_id: str, part: str) -> str:
+        return self._key(part, run_id)
 
 
 def _redact(url: str) -> str:

@@ -60,11 +60,28 @@ def test_worker_help_shows_every_option_with_its_default() -> None:
         (("worker", "examples.hello", "--lease-ttl", "soon"), "'soon' is not a valid float"),
         (("worker", "examples.hello", "--log-level", "LOUD"), "'LOUD' is not one of"),
         (
+            ("worker", "examples.hello", "--store", "memory://", "--lease-ttl", "nan"),
+            "Worker: lease_ttl must be a finite number of seconds above 0, got nan",
+        ),
+        (
+            ("worker", "examples.hello", "--store", "memory://", "--queues", "a,b\x01"),
+            "Worker: a queue must not hold control characters",
+        ),
+        (
             ("worker", "examples.hello", "--no-such-flag"),
             "--no-such-flag",
         ),  # wording varies by click
     ],
-    ids=["command", "modules", "concurrency", "lease-ttl", "log-level", "flag"],
+    ids=[
+        "command",
+        "modules",
+        "concurrency",
+        "lease-ttl",
+        "log-level",
+        "lease-ttl-nan",
+        "queue-name",
+        "flag",
+    ],
 )
 def test_bad_usage_exits_2_with_the_error_on_stderr(argv: tuple[str, ...], error: str) -> None:
     done = run(STEADYFLOW, *argv)

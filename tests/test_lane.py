@@ -164,6 +164,18 @@ async def test_the_lane_takes_its_connections_from_the_pool_and_gives_them_back(
     assert conn in kit.pool._available_connections and conn.is_connected
 
 
+async def test_a_call_in_flight_when_the_lane_closes_gives_its_connection_to_the_pool(
+    kit: Kit,
+) -> None:
+    call = asyncio.create_task(kit.run(SLOW, [], [1000, "late"]))  # a second in the script
+    await asyncio.sleep(0.2)  # the call has its connection and waits for the reply
+    (conn,) = kit.lane._made
+    await kit.lane.close()  # while the script runs
+    assert await call == "late"
+    assert conn not in kit.pool._in_use_connections  # not left checked out (and leaked)
+    assert conn in kit.pool._available_connections
+
+
 async def test_disconnecting_the_pool_reaches_the_lane(kit: Kit, admin: aioredis.Redis) -> None:
     await kit.run(ECHO, [], ["x"])
     (conn,) = kit.lane._made

@@ -460,7 +460,7 @@ async def test_an_explicit_key_used_twice_in_one_step_fails_the_step() -> None:
         await env.run_until_idle()
         with pytest.raises(RunFailed) as failed:
             await handle.result()
-        assert failed.value.error.type == "builtins:ValueError"
+        assert failed.value.error.type == "sdk.errors:InvalidArgument"
         assert await env.client.intents("dup") == []
 
 

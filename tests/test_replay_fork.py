@@ -1095,8 +1095,8 @@ async def test_status_of_a_replay_is_the_same_through_every_python_api() -> None
 
 def test_the_request_hash_fast_paths_agree_with_the_general_one() -> None:
     from sdk import Serializer
+    from sdk._hashing import canonical as _canonical
     from sdk._step import StepSpec
-    from sdk._values import _canonical
 
     async def charge(amount: int, currency: str = "EUR", note: object = None) -> str:
         return ""

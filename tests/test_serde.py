@@ -33,10 +33,11 @@ decode_value = Serializer().decode
 
 # -- strategies --------------------------------------------------------------------
 
+int64s = st.integers(min_value=-(2**63), max_value=2**63 - 1)  # the documented range
 json_scalars = (
     st.none()
     | st.booleans()
-    | st.integers()
+    | int64s
     | st.floats(allow_nan=False, allow_infinity=False)
     | st.text()
 )
@@ -140,7 +141,7 @@ shipments = st.builds(
 # (strategy, declared type) pairs for annotated round trips
 TYPED: list[tuple[st.SearchStrategy[Any], Any]] = [
     (json_values, Any),
-    (st.integers(), int),
+    (int64s, int),
     (finite_floats, float),
     (st.text(), str),
     (decimals, Decimal),
@@ -156,8 +157,8 @@ TYPED: list[tuple[st.SearchStrategy[Any], Any]] = [
     (shipments, Shipment),
     (st.lists(items, max_size=3), list[Item]),
     (st.dictionaries(st.text(), shipments, max_size=2), dict[str, Shipment]),
-    (st.tuples(st.integers(), st.text()), tuple[int, str]),
-    (st.frozensets(st.integers(), max_size=4), frozenset[int]),
+    (st.tuples(int64s, st.text()), tuple[int, str]),
+    (st.frozensets(int64s, max_size=4), frozenset[int]),
     (st.none() | items, Item | None),
 ]
 
@@ -189,8 +190,8 @@ UNANNOTATED: list[st.SearchStrategy[Any]] = [
     st.dates(),
     st.timedeltas(),
     st.sampled_from(Size),
-    st.tuples(st.integers(), st.text(), st.booleans()),
-    st.sets(st.integers(), max_size=4),
+    st.tuples(int64s, st.text(), st.booleans()),
+    st.sets(int64s, max_size=4),
 ]
 
 

@@ -505,13 +505,13 @@ async def naive_until() -> None:
     await sleep_until(datetime(2030, 1, 2))
 
 
-async def test_sleep_until_a_naive_datetime_is_a_type_error() -> None:
+async def test_sleep_until_a_naive_datetime_is_an_invalid_argument() -> None:
     async with FlowTestEnv() as env:
         handle = await env.start(naive_until)
         await env.run_until_idle()
         with pytest.raises(RunFailed) as info:
             await handle.result()
-    assert info.value.error.type == "builtins:TypeError"
+    assert info.value.error.type == "sdk.errors:InvalidArgument"
     assert "timezone-aware" in info.value.error.message
 
 

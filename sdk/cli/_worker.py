@@ -18,6 +18,7 @@ import click
 
 from sdk._worker import Worker
 from sdk.cli._options import CONTEXT_SETTINGS, EXIT_CODES, StoreOptions, store_options
+from sdk.errors import InvalidArgument
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
@@ -107,9 +108,13 @@ async def serve(
 ) -> None:
     """Run a worker until SIGTERM or SIGINT, then close the store."""
     store = options.open()
-    worker = Worker(
-        store, concurrency=concurrency, lease_ttl=lease_ttl, queues=queues, grace_period=grace
-    )
+    try:
+        worker = Worker(
+            store, concurrency=concurrency, lease_ttl=lease_ttl, queues=queues, grace_period=grace
+        )
+    except InvalidArgument as exc:  # an option out of range: a usage error, not a crash
+        await store.close()
+        raise click.UsageError(str(exc)) from None
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, _stop, worker, sig)

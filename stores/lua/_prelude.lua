@@ -14,12 +14,107 @@
 local P = ARGV[1]
 local unpack = unpack or table.unpack
 local EVENTS_MAX = @EVENTS_MAX@
--- @generated: ALLOWED, TERMINAL, RUN_KEYS (stores._scripts._lua_table)
+-- @generated: ALLOWED, TERMINAL, RUN_KEYS, MAX_PRIORITY (stores._scripts._lua_table)
 
 local function rk(id) return P .. K.run .. id end
 -- run ids may contain ':', so the mailbox key length-prefixes the id
 local function mbk(id, name) return P .. K.mailbox .. #id .. ':' .. id .. ':' .. name end
 local function err(code, a, b) return {'err', code, a or '', b or ''} end
+
+-- Validation. Redis does not roll a failing script back, so every script checks
+-- its arguments and the keys it will write before its first write. A bad
+-- argument (the caller's bug) answers err('invalid', what); stored data no
+-- script can work with answers err('corrupt', key, what), or is reported by
+-- claims and ticks for the worker to fail that one run (quarantine.lua). A
+-- script whose first write is also its first use of a key may let that write
+-- be the check: a command that fails writes nothing.
+
+-- A finite number as Steadyflow writes them (no spaces, hex, inf or nan).
+local function isnum(s)
+  if type(s) ~= 'string' or s == '' or string.find(s, '[^%d%.eE+-]') then return false end
+  local n = tonumber(s)
+  return n ~= nil and n == n and n > -math.huge and n < math.huge
+end
+
+-- An integer as Redis keeps counters (what HINCRBY accepts).
+local function isint(s)
+  return type(s) == 'string' and #s < 19 and (s == '0' or string.match(s, '^-?[1-9]%d*$') ~= nil)
+end
+
+-- An argument check: `what` when `value` is not a finite number (an integer
+-- with `int`; '' passes with `opt`), else nil. Chain them with `or`.
+local function badnum(value, what, int, opt)
+  if (opt and value == '') or (int and isint(value)) or (not int and isnum(value)) then
+    return nil
+  end
+  return what .. ' must be ' .. (int and 'an integer' or 'a finite number')
+end
+
+-- What is wrong with `key` used as a `want` (nil: nothing; a missing key is fine).
+local function mistyped(key, want)
+  local t = redis.call('TYPE', key)['ok']
+  if t == want or t == 'none' then return nil end
+  return 'holds a ' .. t .. ', not a ' .. want
+end
+
+-- The first mistyped key of a list {key, type, key, type, ...}: it and what is wrong.
+local function mistyped_any(wants)
+  for i = 1, #wants, 2 do
+    local bad = mistyped(wants[i], wants[i + 1])
+    if bad then return wants[i], bad end
+  end
+  return nil
+end
+
+-- Why the scripts cannot work with run `id`'s record: its key's type, or a field
+-- they compute with that is missing or unusable. Returns nil, nil, status when
+-- they can (status nil: no such run), else the key and what is wrong.
+local function damaged(id)
+  local key = rk(id)
+  local bad = mistyped(key, 'hash')
+  if bad then return key, bad end
+  local f = redis.call('HMGET', key, 'status', 'created_at', 'priority', 'queue', 'retention',
+                       'fence', 'recoveries', 'cp_n', 'jseq')
+  local st = f[1]
+  if not st then
+    if redis.call('EXISTS', key) == 0 then return nil end
+    return key, "field 'status' is missing"
+  end
+  if not ALLOWED[st] then return key, "field 'status' is not a run status" end
+  if not isnum(f[2]) then return key, "field 'created_at' is not a number" end
+  if not isint(f[3]) or math.abs(tonumber(f[3])) > MAX_PRIORITY then
+    return key, "field 'priority' is not an integer in -" .. MAX_PRIORITY .. '..' .. MAX_PRIORITY
+  end
+  if not f[4] or f[4] == '' then return key, "field 'queue' is missing" end
+  if f[5] and not isnum(f[5]) then return key, "field 'retention' is not a number" end
+  local counters = {'fence', 'recoveries', 'cp_n', 'jseq'}
+  for i = 1, 4 do
+    if f[5 + i] and not isint(f[5 + i]) then
+      return key, "field '" .. counters[i] .. "' is not an integer"
+    end
+  end
+  return nil, nil, st
+end
+
+-- What is wrong with a new run's fields (a flat name, value list), or nil.
+local function bad_fields(fields)
+  if #fields % 2 == 1 then return 'run fields must come in name, value pairs' end
+  local v = {}
+  for i = 1, #fields, 2 do v[fields[i]] = fields[i + 1] end
+  local bad = badnum(v.created_at, 'created_at')
+    or badnum(v.priority, 'priority', true)
+    or (v.retention and badnum(v.retention, 'retention'))
+    or (v.fence and badnum(v.fence, 'fence', true))
+    or (v.recoveries and badnum(v.recoveries, 'recoveries', true))
+  if bad then return bad end
+  if math.abs(tonumber(v.priority)) > MAX_PRIORITY then
+    return 'priority must be in -' .. MAX_PRIORITY .. '..' .. MAX_PRIORITY
+  end
+  if v.retention and tonumber(v.retention) < 0 then return 'retention must be >= 0' end
+  if not v.queue or v.queue == '' then return 'queue must not be empty' end
+  if not v.flow or v.flow == '' then return 'flow must not be empty' end
+  return nil
+end
 
 -- Move a run to `to`, keeping the per-status index right. Returns an error
 -- table when the transition table forbids it (unless `explicit`), else nil.
@@ -75,10 +170,16 @@ end
 -- while the run is running: a lost lease, a takeover or a cancel all bump it.
 -- Returns the run's write counters {fence, status, jseq, cp_n} (for
 -- journaled) when the write may go ahead, else nil.
+-- A record whose counters cannot be computed with returns nil, key, what is wrong
+-- (the write must not go ahead: the script answers err('corrupt', ...)).
 local function fenced(id, fence)
-  local run = redis.call('HMGET', rk(id), 'fence', 'status', 'jseq', 'cp_n')
-  if run[1] == fence and run[2] == 'running' then return run end
-  return nil
+  local key = rk(id)
+  local run = redis.pcall('HMGET', key, 'fence', 'status', 'jseq', 'cp_n')
+  if run.err then return nil, key, mistyped(key, 'hash') or run.err end
+  if run[1] ~= fence or run[2] ~= 'running' then return nil end
+  if run[3] and not isint(run[3]) then return nil, key, "field 'jseq' is not an integer" end
+  if run[4] and not isint(run[4]) then return nil, key, "field 'cp_n' is not an integer" end
+  return run
 end
 
 -- Append an event to the run's log and publish it on the partition's feed.
@@ -179,6 +280,21 @@ local function intents_of(id)
   return ids
 end
 
+-- Canceling and resuming write the run's intents: the first that cannot be
+-- worked with (key and what is wrong), or nil.
+local function intents_mistyped(id)
+  local set = P .. K.intents .. id
+  local bad = mistyped(set, 'set')
+  if bad then return set, bad end
+  for _, iid in ipairs(redis.call('SMEMBERS', set)) do
+    if not isint(iid) then return set, 'holds an intent id that is not a number' end
+    bad = mistyped(ik(iid), 'hash')
+    if bad then return ik(iid), bad end
+    if not redis.call('HGET', ik(iid), 'channel') then return ik(iid), "field 'channel' is missing" end
+  end
+  return nil
+end
+
 -- Canceling a run cancels its pending intents (one in delivery may still land).
 local function cancel_intents(id, now)
   for _, iid in ipairs(intents_of(id)) do
@@ -210,9 +326,13 @@ end
 
 -- Deleting a run drops its settled intents; pending ones are still delivered
 -- and dropped when settled (their run's set no longer lists them).
+-- Deleting works on damaged runs too: what cannot be read is deleted unread.
 local function purge_intents(id)
-  for _, iid in ipairs(redis.call('SMEMBERS', P .. K.intents .. id)) do
-    if redis.call('HGET', ik(iid), 'status') ~= 'pending' then redis.call('UNLINK', ik(iid)) end
+  local set = P .. K.intents .. id
+  if mistyped(set, 'set') then return end
+  for _, iid in ipairs(redis.call('SMEMBERS', set)) do
+    local st = redis.pcall('HGET', ik(iid), 'status')
+    if st ~= 'pending' then redis.call('UNLINK', ik(iid)) end
   end
 end
 
@@ -220,12 +340,18 @@ end
 -- it off every index. UNLINK: a long journal or event log is freed lazily.
 local function purge(id)
   local key = rk(id)
-  local st, q = unpack(redis.call('HMGET', key, 'status', 'queue'))
-  if st then redis.call('ZREM', P .. K.status .. st, id) end
+  local st, q = nil, nil
+  if not mistyped(key, 'hash') then st, q = unpack(redis.call('HMGET', key, 'status', 'queue')) end
+  if st and ALLOWED[st] then
+    redis.call('ZREM', P .. K.status .. st, id)
+  else  -- a status that cannot be read: any index may hold it
+    for s in pairs(ALLOWED) do redis.call('ZREM', P .. K.status .. s, id) end
+  end
   if q then redis.call('ZREM', P .. K.queue .. q, id) end
   for _, z in ipairs({K.runs, K.timers, K.leases, K.expiry}) do redis.call('ZREM', P .. z, id) end
-  for _, name in ipairs(redis.call('SMEMBERS', P .. K.mailboxes .. id)) do
-    redis.call('UNLINK', mbk(id, name))
+  local names = P .. K.mailboxes .. id
+  if not mistyped(names, 'set') then
+    for _, name in ipairs(redis.call('SMEMBERS', names)) do redis.call('UNLINK', mbk(id, name)) end
   end
   purge_intents(id)
   local doomed = {}
@@ -236,6 +362,8 @@ end
 -- Delete a finished run. Its own event log goes with it, so the deletion is
 -- announced on the feed only (the event is written, then purged).
 local function delete_run(id, now, data)
+  local log = P .. K.events .. id
+  if mistyped(log, 'stream') then redis.call('UNLINK', log) end  -- deleted below anyway
   emit(id, 'run.deleted', now, '', data)
   purge(id)
 end
@@ -278,14 +406,113 @@ local function wake_run(id)
   return nil
 end
 
--- Fire due timers and recover runs whose lease expired. Returns
--- fired, recovered, next timer due ('' if none), next lease expiry ('' if none).
+-- The repair pass (in maintain): it walks the runs that have not ended, status
+-- index by status index, `limit` runs at most once per REPAIR_EVERY seconds of
+-- `now`, and puts back on an index a run that no index reaches (a half-done
+-- write by an older version, a lost key, a hand edit). Its cursor (K.repair:
+-- status, run id and score last seen, when the next pass is due) survives
+-- runs coming and going: a pass goes on after the run it saw last, or, when
+-- that run left the index, after the last score seen.
+local REPAIRED = {'pending', 'running', 'replaying', 'waiting_for_signal', 'waiting_for_human'}
+local REPAIR_EVERY = 1
+
+-- Why run `id` (of `st`, read and found usable) is on no index that runs or wakes
+-- it, or nil: pending off its queue; running or replaying with neither a lease
+-- nor a queue entry; waiting with neither a timer nor a mailbox it waits on.
+local function unreached(id, st)
+  local q = redis.call('HGET', rk(id), 'queue')
+  local queued = redis.call('ZSCORE', P .. K.queue .. q, id)
+  if st == 'pending' then
+    return not queued and 'pending without a queue entry' or nil
+  end
+  if st == 'running' or st == 'replaying' then
+    if queued or redis.call('ZSCORE', P .. K.leases, id) then return nil end
+    return st .. ' without a lease or a queue entry'
+  end
+  if redis.call('ZSCORE', P .. K.timers, id) then return nil end
+  local waits = P .. K.waits .. id
+  if mistyped(waits, 'set') or redis.call('SCARD', waits) > 0 then return nil end
+  return st .. ' without a timer or a wait'
+end
+
+local function repair(now, limit, note)
+  local cur = P .. K.repair
+  local c = redis.pcall('HMGET', cur, 'due', 'status', 'id', 'score')
+  if c.err then c = {} end  -- our own bookkeeping, damaged: start over
+  local due, st, last, score = c[1], c[2], c[3], c[4]
+  if isnum(due) and tonumber(due) > tonumber(now) then return 0 end
+  local at = 1
+  for i, name in ipairs(REPAIRED) do if name == st then at = i end end
+  local repaired, left = 0, limit
+  for _ = 1, #REPAIRED do
+    st = REPAIRED[at]
+    local index = P .. K.status .. st
+    local from = last and redis.call('ZRANK', index, last)
+    if from then from = from + 1
+    elseif isnum(score) then from = redis.call('ZCOUNT', index, '-inf', '(' .. score)
+    else from = 0 end
+    local ids = redis.call('ZRANGE', index, from, from + left - 1, 'WITHSCORES')
+    for i = 1, #ids, 2 do
+      local id = ids[i]
+      last, score = id, ids[i + 1]
+      local key, bad, now_st = damaged(id)
+      if bad then
+        -- a leased run is left to its holder's next write, or its lease's expiry
+        if not redis.call('ZSCORE', P .. K.leases, id) then note(id, key, bad) end
+        -- a record that is not a hash can never be failed in place: note it once
+        if key == rk(id) and string.sub(bad, 1, 5) == 'holds' then redis.call('ZREM', index, id) end
+      elseif now_st ~= st then
+        redis.call('ZREM', index, id)  -- a stale entry (the run is gone, or indexed elsewhere)
+        if now_st then
+          redis.call('ZADD', P .. K.status .. now_st, redis.call('HGET', rk(id), 'created_at'), id)
+        end
+      else
+        local found = unreached(id, st)
+        local log = P .. K.events .. id
+        if found and mistyped(log, 'stream') then
+          note(id, log, mistyped(log, 'stream'))
+        elseif found then
+          if st == 'waiting_for_signal' or st == 'waiting_for_human' then
+            wake_run(id)
+          else
+            enqueue(id)
+          end
+          emit(id, 'run.repaired', now, '', '{"found":"' .. found .. '"}')
+          repaired = repaired + 1
+        end
+      end
+    end
+    left = left - #ids / 2
+    if left <= 0 then break end
+    at, last, score = at % #REPAIRED + 1, nil, nil  -- this index is done: the next one
+    if at == 1 then break end  -- a whole round: rest until the next pass
+  end
+  redis.call('DEL', cur)
+  redis.call('HSET', cur, 'due', string.format('%.17g', tonumber(now) + REPAIR_EVERY),
+             'status', REPAIRED[at])
+  if last then redis.call('HSET', cur, 'id', last, 'score', score) end
+  return repaired
+end
+
+-- Fire due timers, recover runs whose lease expired, delete runs whose
+-- retention ended, and run the repair pass. Returns fired, recovered, next
+-- timer due ('' if none), next lease expiry ('' if none), repaired, and the
+-- runs found damaged (id, key, what is wrong, ...): they are taken off the
+-- index that found them and left for the worker to fail (quarantine.lua).
 local function maintain(now, limit, max_recoveries, recovery_error)
   local fired, recovered = 0, 0
+  local damage = {}
+  local function note(id, key, what)
+    damage[#damage + 1] = id
+    damage[#damage + 1] = key
+    damage[#damage + 1] = what
+  end
   for _, id in ipairs(redis.call('ZRANGEBYSCORE', P .. K.timers, '-inf', now, 'LIMIT', 0, limit)) do
     redis.call('ZREM', P .. K.timers, id)
-    local st = redis.call('HGET', rk(id), 'status')
-    if st == 'waiting_for_signal' or st == 'waiting_for_human' then
+    local key, bad, st = damaged(id)
+    if bad then
+      note(id, key, bad)
+    elseif st == 'waiting_for_signal' or st == 'waiting_for_human' then
       wake_run(id)
       fired = fired + 1
     end
@@ -293,7 +520,13 @@ local function maintain(now, limit, max_recoveries, recovery_error)
   for _, id in ipairs(redis.call('ZRANGEBYSCORE', P .. K.leases, '-inf', now, 'LIMIT', 0, limit)) do
     local key = rk(id)
     redis.call('ZREM', P .. K.leases, id)
-    if redis.call('HGET', key, 'status') == 'running' then
+    local dkey, bad, st = damaged(id)
+    if not bad and st == 'running' then
+      dkey, bad = mistyped_any({P .. K.events .. id, 'stream', P .. K.checkpoints .. id, 'stream'})
+    end
+    if bad then
+      note(id, dkey, bad)
+    elseif st == 'running' then
       redis.call('HINCRBY', key, 'fence', 1)
       redis.call('HDEL', key, 'lease_owner', 'lease_exp')
       if redis.call('HINCRBY', key, 'recoveries', 1) > tonumber(max_recoveries) then
@@ -315,20 +548,25 @@ local function maintain(now, limit, max_recoveries, recovery_error)
   -- Retention: delete runs whose time is up, and tombstones whose grace is.
   for _, id in ipairs(redis.call('ZRANGEBYSCORE', P .. K.expiry, '-inf', now, 'LIMIT', 0, limit)) do
     local key = rk(id)
-    local st = redis.call('HGET', key, 'status')
-    local at = redis.call('HGET', key, 'expires_at')
-    if not st then
+    local bad = mistyped(key, 'hash')
+    local st, at = nil, nil
+    if not bad then st, at = unpack(redis.call('HMGET', key, 'status', 'expires_at')) end
+    if bad then
+      redis.call('ZREM', P .. K.expiry, id)
+      note(id, key, bad)
+    elseif not st then
       redis.call('UNLINK', P .. K.gone .. id, P .. K.done .. id)
       redis.call('ZREM', P .. K.expiry, id)
-    elseif (st == 'completed' or st == 'canceled') and at and tonumber(at) <= tonumber(now) then
+    elseif (st == 'completed' or st == 'canceled') and isnum(at) and tonumber(at) <= tonumber(now) then
       delete_run(id, now, '{"reason":"retention"}')
     else
       redis.call('ZREM', P .. K.expiry, id)  -- stale: the run was resumed
     end
   end
+  local repaired = repair(now, limit, note)
   local nt = redis.call('ZRANGE', P .. K.timers, 0, 0, 'WITHSCORES')
   local nl = redis.call('ZRANGE', P .. K.leases, 0, 0, 'WITHSCORES')
-  return fired, recovered, nt[2] or '', nl[2] or ''
+  return fired, recovered, nt[2] or '', nl[2] or '', repaired, damage
 end
 
 -- The first ready run of queue `q` this worker may take: of a flow in
@@ -337,16 +575,45 @@ end
 local function head(q, served)
   local r = redis.call('ZRANGE', P .. K.queue .. q, 0, served and 63 or 0, 'WITHSCORES')
   for i = 1, #r, 2 do
-    local flow = served and redis.call('HGET', rk(r[i]), 'flow')
-    -- a vanished run (no flow) is taken too, so that it is dropped below
-    if not served or not flow or served[flow] then return r[i], tonumber(r[i + 1]) end
+    local flow = served and redis.pcall('HGET', rk(r[i]), 'flow')
+    -- a vanished run (no flow) or a record that is not a hash (an error) is
+    -- taken too, so that it is dropped or reported below
+    if not served or type(flow) ~= 'string' or served[flow] then return r[i], tonumber(r[i + 1]) end
   end
   return nil
 end
 
+-- What stops run `id` (usable, of status `st`) from being claimed, read first
+-- (take writes nothing for it then): returns nil, key, what is wrong; else its
+-- journal, its non-empty mailboxes and its lineage.
+local function claimable(id, st)
+  local jkey, lkey, names = P .. K.journal .. id, P .. K.lineage .. id, P .. K.mailboxes .. id
+  local journal = redis.pcall('HGETALL', jkey)
+  if journal.err then return nil, jkey, mistyped(jkey, 'hash') end
+  local lineage = redis.pcall('HGETALL', lkey)
+  if lineage.err then return nil, lkey, mistyped(lkey, 'hash') end
+  local boxes = redis.pcall('SMEMBERS', names)
+  if boxes.err then return nil, names, mistyped(names, 'set') end
+  -- mailboxes holding signals now: a wait on any other one can park
+  -- without first trying to consume (the suspend script re-checks)
+  local mail = {}
+  for _, name in ipairs(boxes) do
+    local n = redis.pcall('LLEN', mbk(id, name))
+    if type(n) ~= 'number' then return nil, mbk(id, name), mistyped(mbk(id, name), 'list') end
+    if n > 0 then mail[#mail + 1] = name end
+  end
+  if st == 'pending' then  -- run.started and its checkpoint are written below
+    local key, bad = mistyped_any({P .. K.events .. id, 'stream', P .. K.checkpoints .. id, 'stream'})
+    if bad then return nil, key, bad end
+  end
+  return journal, mail, lineage
+end
+
 -- Take up to `limit` ready runs (lowest score first across `queues`; every
--- queue when `every`), lease them to `owner`, and return for each its run
--- hash, its whole journal, its non-empty mailboxes and its lineage records.
+-- queue when `every`), lease them to `owner`, and return for each {id, its run
+-- hash, its whole journal, its non-empty mailboxes, its lineage records}. A run
+-- whose data cannot be worked with is taken off its queue and not leased: it
+-- comes back as {id, key, what is wrong}, for the worker to fail it alone.
 local function take(owner, now, expiry, limit, queues, every, served)
   if every then queues = redis.call('SMEMBERS', P .. K.queues) end
   local out = {}
@@ -362,9 +629,17 @@ local function take(owner, now, expiry, limit, queues, every, served)
     if best == nil then break end
     redis.call('ZREM', P .. K.queue .. bestq, best)
     local key = rk(best)
-    local st = redis.call('HGET', key, 'status')
+    local where, bad, st = damaged(best)
+    local journal, mail, lineage = nil, nil, nil
     -- anything else is a stale entry (e.g. canceled meanwhile): drop it
-    if st == 'pending' or st == 'running' or st == 'replaying' then
+    if not bad and (st == 'pending' or st == 'running' or st == 'replaying') then
+      journal, mail, lineage = claimable(best, st)
+      if not journal then where, bad = mail, lineage end
+    end
+    if bad then
+      out[#out + 1] = {best, where, bad}
+      n = n + 1
+    elseif journal then
       if st ~= 'running' then move(best, 'running') end
       if st == 'pending' then
         redis.call('HSET', key, 'started_at', now)
@@ -374,16 +649,7 @@ local function take(owner, now, expiry, limit, queues, every, served)
       redis.call('HINCRBY', key, 'fence', 1)
       redis.call('HSET', key, 'lease_owner', owner, 'lease_exp', expiry)
       redis.call('ZADD', P .. K.leases, expiry, best)
-      out[#out + 1] = redis.call('HGETALL', key)
-      out[#out + 1] = redis.call('HGETALL', P .. K.journal .. best)
-      -- mailboxes holding signals now: a wait on any other one can park
-      -- without first trying to consume (the suspend script re-checks)
-      local mail = {}
-      for _, name in ipairs(redis.call('SMEMBERS', P .. K.mailboxes .. best)) do
-        if redis.call('LLEN', mbk(best, name)) > 0 then mail[#mail + 1] = name end
-      end
-      out[#out + 1] = mail
-      out[#out + 1] = redis.call('HGETALL', P .. K.lineage .. best)
+      out[#out + 1] = {best, redis.call('HGETALL', key), journal, mail, lineage}
       n = n + 1
     end
   end

@@ -1,5 +1,7 @@
 -- Register a worker, or renew its registration, and drop those that expired.
 -- ARGV: P, worker id, heartbeat record (JSON), its expiry, now. Returns 1.
+local bad = badnum(ARGV[4], 'expiry') or badnum(ARGV[5], 'now')
+if bad then return err('invalid', bad) end
 local expired = redis.call('ZRANGEBYSCORE', P .. K.workers, '-inf', '(' .. ARGV[5])
 for _, id in ipairs(expired) do
   redis.call('ZREM', P .. K.workers, id)

@@ -1,6 +1,14 @@
 -- KEYS: run. ARGV: P, id, reason, now, event data
 local id = ARGV[2]
-local st = redis.call('HGET', KEYS[1], 'status')
+local bad = badnum(ARGV[4], 'now')
+if bad then return err('invalid', bad) end
+local where, st
+where, bad, st = damaged(id)
+if not bad then
+  where, bad = mistyped_any({P .. K.events .. id, 'stream', P .. K.checkpoints .. id, 'stream'})
+end
+if not bad then where, bad = intents_mistyped(id) end
+if bad then return err('corrupt', where, bad) end
 if not st then return err('not_found') end
 local e = move(id, 'canceled')
 if e then return e end

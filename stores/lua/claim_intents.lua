@@ -3,6 +3,8 @@
 -- the lease expiry, so an unsettled delivery (a dead worker) is due again then.
 -- Returns the claims (id, run, body, delivery number, failures) and the
 -- earliest score left in those channels ('' if none).
+local bad = badnum(ARGV[2], 'now') or badnum(ARGV[3], 'lease expiry') or badnum(ARGV[4], 'limit', true)
+if bad then return err('invalid', bad) end
 local now, exp, limit = ARGV[2], ARGV[3], tonumber(ARGV[4])
 local out, soonest = {}, nil
 for c = 5, #ARGV do
@@ -11,13 +13,15 @@ for c = 5, #ARGV do
   if #out < limit then
     for _, iid in ipairs(redis.call('ZRANGEBYSCORE', q, '-inf', now, 'LIMIT', 0, limit - #out)) do
       local key = ik(iid)
-      local st, id, body, f = unpack(redis.call('HMGET', key, 'status', 'run', 'body', 'f'))
-      if st == 'pending' then
+      local h = redis.pcall('HMGET', key, 'status', 'run', 'body', 'f', 'n')
+      if h.err then h = {} end  -- not a hash: no intent can be read there
+      local st, id, body, f = h[1], h[2], h[3], h[4]
+      if st == 'pending' and id and body and (not h[5] or isint(h[5])) then
         local d = redis.call('HINCRBY', key, 'n', 1)
         redis.call('ZADD', q, exp, iid)
-        out[#out + 1] = {iid, id, body, d, f}
+        out[#out + 1] = {iid, id, body, d, isint(f) and f or '0'}
       else
-        redis.call('ZREM', q, iid)  -- settled or gone meanwhile: a stale entry
+        redis.call('ZREM', q, iid)  -- settled or gone meanwhile (or unreadable): a stale entry
       end
     end
   end

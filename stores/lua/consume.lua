@@ -1,8 +1,14 @@
 -- KEYS: run, journal. ARGV: P, id, fence, step key, mailbox, now, deadline|'',
 --       record prefix (ends in "value":), timeout record
 local id = ARGV[2]
-local run = fenced(id, ARGV[3])
-if not run then return {-1} end
+local bad = badnum(ARGV[6], 'now') or badnum(ARGV[7], 'deadline', false, true)
+if bad then return err('invalid', bad) end
+local run, where
+run, where, bad = fenced(id, ARGV[3])
+if not run then return bad and err('corrupt', where, bad) or {-1} end
+where, bad = mistyped_any({KEYS[2], 'hash', P .. K.jseq .. id, 'hash', P .. K.events .. id, 'stream',
+                           mbk(id, ARGV[5]), 'list'})
+if bad then return err('corrupt', where, bad) end
 -- The client retries a call whose reply was lost: if the first run already
 -- consumed (or timed out), answer the same instead of popping another signal.
 local prev = redis.call('HGET', KEYS[2], ARGV[4])

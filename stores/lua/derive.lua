@@ -5,15 +5,23 @@
 -- to the checkpoint; the source's later results wait in its lineage hash.
 local key, id = KEYS[1], ARGV[2]
 if redis.call('EXISTS', key) == 1 then return err('exists') end
+local bad = badnum(ARGV[6], 'field count', true)
+if bad then return err('invalid', bad) end
 local nf = tonumber(ARGV[6])
-local i = 7
-for _ = 1, nf do
-  redis.call('HSET', key, ARGV[i], ARGV[i + 1])
-  i = i + 2
+local fields = {'args_hash', ARGV[3]}
+for j = 7, 6 + 2 * nf do fields[#fields + 1] = ARGV[j] end
+bad = bad_fields(fields) or badnum(ARGV[7 + 2 * nf], 'record count', true)
+if bad then return err('invalid', bad) end
+local nj = tonumber(ARGV[7 + 2 * nf])
+if (#ARGV - 7 - 2 * nf - 2 * nj) % 2 ~= 0 or #ARGV < 7 + 2 * nf + 2 * nj then
+  return err('invalid', 'records and lineage records must come in key, record pairs')
 end
-redis.call('HSET', key, 'args_hash', ARGV[3])
-local nj = tonumber(ARGV[i])
-i = i + 1
+local where
+where, bad = mistyped_any({KEYS[2], 'hash', P .. K.jseq .. id, 'hash', P .. K.lineage .. id, 'hash',
+                           P .. K.events .. id, 'stream'})
+if bad then return err('corrupt', where, bad) end
+redis.call('HSET', key, unpack(fields))
+local i = 8 + 2 * nf
 local run = {false, false, false, false}  -- a new run: no counters yet
 for _ = 1, nj do
   journaled(id, run, KEYS[2], ARGV[i], ARGV[i + 1])

@@ -2,7 +2,17 @@
 --       delete on success: the tombstone's deadline|'', retention seconds|'',
 --       field, value, ...
 local id = ARGV[2]
-if not fenced(id, ARGV[3]) then return -1 end
+local bad = badnum(ARGV[5], 'now') or badnum(ARGV[7], 'deletion deadline', false, true)
+  or badnum(ARGV[8], 'retention', false, true)
+if bad then return err('invalid', bad) end
+local run, where
+run, where, bad = fenced(id, ARGV[3])
+if not run then return bad and err('corrupt', where, bad) or -1 end
+where, bad = damaged(id)  -- it moves the run, and may schedule its deletion
+if not bad then
+  where, bad = mistyped_any({P .. K.events .. id, 'stream', P .. K.checkpoints .. id, 'stream'})
+end
+if bad then return err('corrupt', where, bad) end
 local e = move(id, ARGV[4])
 if e then return e end
 local fields = {'finished_at', ARGV[5]}

@@ -5,6 +5,12 @@
 -- nothing (the intents are there already). The line `--@splice record` stands
 -- for record.lua's code up to its final `return 1`.
 if redis.call('HGET', KEYS[2], ARGV[4]) == ARGV[5] then return 1 end
+local nbad = badnum(ARGV[#ARGV], 'intent count', true)
+if nbad or #ARGV ~= 10 + 3 * tonumber(ARGV[#ARGV]) then
+  return err('invalid', nbad or 'intents must come in channel, intent, event data triples')
+end
+local skey, sbad = mistyped_any({P .. K.intents .. ARGV[2], 'set', P .. K.events .. ARGV[2], 'stream'})
+if sbad then return err('corrupt', skey, sbad) end
 --@splice record
 local n = tonumber(ARGV[#ARGV])
 for i = #ARGV - 3 * n, #ARGV - 1, 3 do

@@ -1,6 +1,9 @@
 -- KEYS: run. ARGV: P, id, fence. Gives a claimed run back (worker shutdown).
 local id = ARGV[2]
-if not fenced(id, ARGV[3]) then return -1 end
+local run, where, bad = fenced(id, ARGV[3])
+if not run then return bad and err('corrupt', where, bad) or -1 end
+where, bad = damaged(id)  -- enqueue computes with its priority
+if bad then return err('corrupt', where, bad) end
 redis.call('HINCRBY', KEYS[1], 'fence', 1)
 redis.call('HDEL', KEYS[1], 'lease_owner', 'lease_exp')
 redis.call('ZREM', P .. K.leases, id)

@@ -4,7 +4,16 @@
 -- continues from the checkpoint head (waiting) or the newest checkpoint before
 -- the run finished (failed, canceled): resume_from_checkpoint_id.
 local id = ARGV[2]
-local st = redis.call('HGET', KEYS[1], 'status')
+local bad = badnum(ARGV[4], 'now')
+if bad then return err('invalid', bad) end
+local where, st
+where, bad, st = damaged(id)
+if not bad then
+  where, bad = mistyped_any({KEYS[2], 'hash', P .. K.jseq .. id, 'hash',
+                             P .. K.events .. id, 'stream', P .. K.checkpoints .. id, 'stream'})
+end
+if not bad then where, bad = intents_mistyped(id) end
+if bad then return err('corrupt', where, bad) end
 if not st then return err('not_found') end
 if not (st == 'failed' or st == 'canceled' or st == 'waiting_for_signal'
         or st == 'waiting_for_human') then

@@ -1,7 +1,16 @@
 -- KEYS: run. ARGV: P, id, mailbox, payload JSON, dedup id|'', now, event data,
 --       '1' for a decision (the run must be waiting on that mailbox)|'', actor
 local id = ARGV[2]
-local st = redis.call('HGET', KEYS[1], 'status')
+local bad = badnum(ARGV[6], 'now')
+if bad then return err('invalid', bad) end
+local where, st
+where, bad, st = damaged(id)
+if not bad then
+  where, bad = mistyped_any({P .. K.events .. id, 'stream', P .. K.dedup .. id, 'set',
+                             mbk(id, ARGV[3]), 'list', P .. K.mailboxes .. id, 'set',
+                             P .. K.waits .. id, 'set', P .. K.approvers .. id, 'hash'})
+end
+if bad then return err('corrupt', where, bad) end
 if not st then return err('not_found') end
 if TERMINAL[st] then return err('transition', st, 'running') end
 if ARGV[8] == '1' then

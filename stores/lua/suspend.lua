@@ -4,8 +4,30 @@
 -- Re-checks the mailboxes (and the deadline) in the same script that parks the
 -- run, so a signal that landed after the activation looked is not lost.
 local id = ARGV[2]
-local run = fenced(id, ARGV[3])
-if not run then return -1 end
+local bad = badnum(ARGV[4], 'now') or badnum(ARGV[5], 'deadline', false, true)
+  or badnum(ARGV[7], 'record count', true)
+  or (ARGV[6] ~= 'waiting_for_signal' and ARGV[6] ~= 'waiting_for_human'
+      and 'the status must be a waiting status')
+  or badnum(ARGV[8 + 2 * (tonumber(ARGV[7]) or 0)], 'mailbox count', true)
+if bad then return err('invalid', bad) end
+if (#ARGV - 8 - 2 * tonumber(ARGV[7]) - tonumber(ARGV[8 + 2 * tonumber(ARGV[7])])) % 2 ~= 0 then
+  return err('invalid', 'approvers must come in mailbox, approvers pairs')
+end
+local run, where
+run, where, bad = fenced(id, ARGV[3])
+if not run then return bad and err('corrupt', where, bad) or -1 end
+where, bad = damaged(id)  -- it moves and may queue the run
+if not bad then
+  local wants = {P .. K.jseq .. id, 'hash', P .. K.events .. id, 'stream',
+                 P .. K.checkpoints .. id, 'stream', P .. K.waits .. id, 'set',
+                 P .. K.approvers .. id, 'hash'}
+  local at = 8 + 2 * tonumber(ARGV[7])
+  for j = at + 1, at + tonumber(ARGV[at]) do
+    wants[#wants + 1], wants[#wants + 2] = mbk(id, ARGV[j]), 'list'
+  end
+  where, bad = mistyped_any(wants)
+end
+if bad then return err('corrupt', where, bad) end
 local i = 8
 for _ = 1, tonumber(ARGV[7]) do
   journaled(id, run, KEYS[2], ARGV[i], ARGV[i + 1])

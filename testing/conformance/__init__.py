@@ -46,6 +46,7 @@ from testing.conformance._journal import JournalChecks  # noqa: E402
 from testing.conformance._leases import LeaseChecks  # noqa: E402
 from testing.conformance._lifecycle import LifecycleChecks  # noqa: E402
 from testing.conformance._outbox import OutboxChecks  # noqa: E402
+from testing.conformance._quarantine import QuarantineChecks  # noqa: E402
 from testing.conformance._retention import RetentionChecks  # noqa: E402
 from testing.conformance._runs import RunChecks  # noqa: E402
 from testing.conformance._waits import WaitChecks  # noqa: E402
@@ -67,6 +68,7 @@ class StoreConformance(
     DeriveChecks,
     HistoryChecks,
     OutboxChecks,
+    QuarantineChecks,
     RunIdChecks,
     EngineChecks,
     WorkerChecks,

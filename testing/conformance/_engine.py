@@ -71,13 +71,14 @@ class EngineChecks:
             handle = await env.start(then_wait, 40, run_id="r1")
             await env.run_until_idle()
             assert await handle.status() is RunStatus.WAITING_FOR_SIGNAL
-            await env.client.signal("r1", "go", {"n": 12345678901234567890})
+            # 19 digits: past cjson's 14 and a double's 2**53, within the int64 values take
+            await env.client.signal("r1", "go", {"n": 1234567890123456789})
             counting.calls.clear()
 
             await env.run_until_idle()
 
             calls = counting.of("r1")
-            assert await handle.result(timeout=5) == {"n": 12345678901234567890}
+            assert await handle.result(timeout=5) == {"n": 1234567890123456789}
         # the 40 recorded steps replay from the claimed journal: no read, no write
         assert calls == ["consume", "finish"]
 

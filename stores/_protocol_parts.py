@@ -1,0 +1,115 @@
+"""The parts of the store protocol beyond a run's lifecycle: reading a run's
+history, the outbox, and the registry of live workers. `stores.protocol.Store`
+is all of them together; see its docstring for what holds for every method."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from stores._records import (
+    Delivery,
+    IntentClaim,
+    StoredCheckpoint,
+    StoredEvent,
+    StoredIntent,
+    WorkerBeat,
+)
+
+__all__ = ["HistoryReads", "OutboxStore", "WorkerRegistry"]
+
+
+class HistoryReads(Protocol):
+    """Reading a run's history, and waiting for runs to be ready or to finish."""
+
+    async def events(self, run_id: str, cursor: str | None, limit: int) -> list[StoredEvent]:
+        """A page of a run's events after `cursor` (exclusive), oldest first.
+        `CorruptData` when the log or an entry of the page cannot be read (its
+        detail names the entry: the next page starts after it)."""
+        ...
+
+    async def checkpoints(self, run_id: str) -> list[StoredCheckpoint]:
+        """A run's checkpoints, oldest first. `CorruptData` when they cannot be read."""
+        ...
+
+    async def correlation(self, run_ids: Sequence[str]) -> dict[str, tuple[str, str | None]]:
+        """(trace id, tenant id) of each known run."""
+        ...
+
+    async def follow(
+        self, subscription: Any, timeout: float, count: int
+    ) -> tuple[list[StoredEvent], Any]:
+        """Events of every run published since `subscription` was made (None: make
+        one now), waiting up to `timeout` for the first; returns them and the
+        subscription. Live only: what is published while nobody follows is lost."""
+        ...
+
+    async def unfollow(self, subscription: Any) -> None:
+        """Close a subscription `follow` made."""
+        ...
+
+    async def wait_ready(self, queues: Sequence[str] | None, timeout: float) -> bool:
+        """Block until a run may be ready on these queues (or timeout)."""
+        ...
+
+    async def wait_finished(self, run_id: str, timeout: float) -> bool:
+        """Block until the run has finished (or timeout); True if it has.
+
+        Returns at once for a run that finished and was not resumed since.
+        """
+        ...
+
+
+class OutboxStore(Protocol):
+    """Outbox intents: claimed, settled and renewed by the workers' dispatchers."""
+
+    async def claim_intents(
+        self, channels: Sequence[str], limit: int, now: float, lease_ttl: float
+    ) -> tuple[list[IntentClaim], float | None]:
+        """Lease up to `limit` due intents of `channels` for `lease_ttl` seconds,
+        earliest due first, channel by channel in the order given; also when
+        the next one is due (or a lease ends). Each claim counts a delivery."""
+        ...
+
+    async def settle_intent(
+        self,
+        claim: IntentClaim,
+        outcome: Delivery,
+        now: float,
+        *,
+        due: float | None = None,
+        error: str = "",
+        event_data: str = "",
+    ) -> bool:
+        """End a delivery. False when it no longer owns the intent (nothing
+        changed): a failure or release from other than the newest delivery, or
+        any outcome once the intent is settled (so also when repeated)."""
+        ...
+
+    async def renew_intents(self, claims: Sequence[IntentClaim], expiry: float) -> list[str]:
+        """Extend the leases of deliveries in progress; the ids no longer held."""
+        ...
+
+    async def intents(self, run_id: str) -> list[StoredIntent] | None:
+        """A run's intents, oldest first; None for no such run."""
+        ...
+
+    async def wait_intents(self, channels: Sequence[str], timeout: float) -> bool:
+        """Block until an intent of `channels` may be due (or timeout)."""
+        ...
+
+
+class WorkerRegistry(Protocol):
+    """Live workers, from their heartbeats."""
+
+    async def beat(self, beat: WorkerBeat) -> None:
+        """Register a worker, or renew its registration, until `beat.expires_at`."""
+        ...
+
+    async def forget_worker(self, worker_id: str) -> None:
+        """Drop a worker's registration (it stopped)."""
+        ...
+
+    async def workers(self, now: float) -> list[WorkerBeat]:
+        """The workers whose registration has not expired at `now`."""
+        ...
