@@ -196,12 +196,7 @@ class Serializer:
                 return value
         elif tp is bool or value is None:
             return value
-        try:
-            foreign, lower, upper = scan(value, limit)
-        except TooLarge as exc:
-            raise self._too_large(exc.size, what, at_least=True) from None
-        except Problem as exc:
-            raise _refused(what, exc) from None
+        foreign, lower, upper = self._scan(value, what)
         if foreign is not None:
             raise SerializationError(
                 f"{_name(what)}: the {tp.__name__} holds {foreign}, which JSON would not "
@@ -241,15 +236,18 @@ class Serializer:
             )
         return self._typed(value, base, what, base), path
 
-    def _typed(self, value: Any, declared: Any, what: str, exact: type | None) -> Any:
-        """The converter's JSON data for `value` as `declared`, proven to rebuild it."""
-        limit = self.max_payload_bytes
+    def _scan(self, value: Any, what: str, *, data: bool = False) -> tuple[Any, int, int]:
+        """`scan` under this serializer's size limit, its problems as `SerializationError`."""
         try:
-            scan(value, limit)  # before cattrs recurses into it: cycles, depth, size
+            return scan(value, self.max_payload_bytes, data=data)
         except TooLarge as exc:
             raise self._too_large(exc.size, what, at_least=True) from None
         except Problem as exc:
             raise _refused(what, exc) from None
+
+    def _typed(self, value: Any, declared: Any, what: str, exact: type | None) -> Any:
+        """The converter's JSON data for `value` as `declared`, proven to rebuild it."""
+        self._scan(value, what)  # before cattrs recurses into it: cycles, depth, size
         try:
             data = self.converter.unstructure(value, unstructure_as=declared)
         except Exception as exc:
@@ -257,19 +255,14 @@ class Serializer:
                 f"{_name(what)}: cannot unstructure {short(value)} as {_type_name(declared)}: "
                 f"{_detail(exc)}"
             ) from exc
-        try:
-            foreign, lower, _ = scan(data, limit, data=True)
-        except TooLarge as exc:
-            raise self._too_large(exc.size, what, at_least=True) from None
-        except Problem as exc:
-            raise _refused(what, exc) from None
+        foreign, lower, _ = self._scan(data, what, data=True)
         if foreign is not None:
             raise SerializationError(
                 f"{_name(what)}: the converter turned {short(value)} into data holding "
                 f"{foreign}, which is not JSON; register an unstructure hook for it on your "
                 "Serializer's converter"
             )
-        if lower > limit:
+        if lower > self.max_payload_bytes:
             raise self._too_large(lower, what, at_least=True)
         text = _encode(data)
         self._check_size(utf8_len(text), what)
