@@ -21,7 +21,7 @@ from sdk._clock import Clock, SystemClock
 from sdk._context import RunContext, StepContext, current_run, current_step
 from sdk._flowdef import flow
 from sdk._outbox import Intent, IntentStatus, channel, emit
-from sdk._primitives import now, sleep, sleep_until, uuid4, wait_for
+from sdk._primitives import now, sleep, sleep_until, uuid4, wait_for, wait_for_event
 from sdk._registry import Registry
 from sdk._retry import RetryPolicy
 from sdk._step import step
@@ -79,6 +79,7 @@ __all__ = [
     "step",
     "uuid4",
     "wait_for",
+    "wait_for_event",
 ]
 
 __version__ = "0.1.0"

@@ -38,12 +38,23 @@ from sdk._cursor import ReplayCursor
 from sdk._engine import Engine
 from sdk._intercept import Abandon
 from sdk._journal import Journal, Kind, Record, State
-from sdk._ops import NowOp, Op, Outcome, SleepOp, StepOp, TimerOp, UuidOp, ValueOp, WaitOp
+from sdk._ops import (
+    EventWaitOp,
+    NowOp,
+    Op,
+    Outcome,
+    SleepOp,
+    StepOp,
+    TimerOp,
+    UuidOp,
+    ValueOp,
+    WaitOp,
+)
 from sdk._retry import RetryPolicy
 from sdk._types import Reason
 from sdk._writes import Stop, Writes
 from sdk.errors import LeaseLost
-from stores.protocol import Mailbox, StoredRun
+from stores.protocol import EventWatch, Mailbox, StoredRun
 
 if TYPE_CHECKING:
     from sdk._flowdef import FlowDef
@@ -149,6 +160,15 @@ class Activation:
     ) -> Coroutine[Any, Any, Any]:
         key, pos = self.cursor.alloc(f"~wait:{name}")
         op = WaitOp(key, pos, name=name, human=human, approvers=approvers, timeout=timeout)
+        return self._await(op)
+
+    def wait_event(
+        self, name: str, watch: EventWatch, timeout: float | None
+    ) -> Coroutine[Any, Any, Any]:
+        key, pos = self.cursor.alloc(f"~event:{name}")
+        op = EventWaitOp(
+            key, pos, name=name, human=False, approvers=None, timeout=timeout, watch=watch
+        )
         return self._await(op)
 
     def sleep_until(self, until: float | None, duration: float | None) -> Coroutine[Any, Any, Any]:

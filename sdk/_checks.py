@@ -12,8 +12,10 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any
 
+from sdk._clock import seconds
 from sdk._types import RunOptions, RunStatus, Versions
 from sdk.errors import InvalidArgument
 
@@ -25,12 +27,14 @@ __all__ = [
     "check_count",
     "check_id",
     "check_int",
+    "check_name",
     "check_optional_id",
     "check_options",
     "check_seconds",
     "check_status",
     "check_str_map",
     "check_text",
+    "check_timeout",
     "show",
 ]
 
@@ -99,6 +103,15 @@ def check_id(value: Any, what: str) -> str:
     return value
 
 
+def check_name(value: Any, what: str) -> str:
+    """A signal or wait name: an id that does not start with ``~`` (reserved for
+    Steadyflow's own mailboxes, such as the events of `wait_for_event`)."""
+    name = check_id(value, what)
+    if name.startswith("~"):
+        raise InvalidArgument(f"{what} must not start with '~' (reserved): {show(name)}")
+    return name
+
+
 def check_optional_id(value: Any, what: str) -> str | None:
     """`check_id`, or None."""
     return None if value is None else check_id(value, what)
@@ -151,6 +164,14 @@ def check_seconds(value: Any, what: str, *, positive: bool = False) -> float:
         raise InvalidArgument(
             f"{what} must be a finite number of seconds {bound}, got {show(value)}"
         )
+    return secs
+
+
+def check_timeout(value: float | timedelta, what: str) -> float:
+    """A timeout: seconds or a `timedelta`, finite and above 0 (at most `MAX_SECONDS`)."""
+    secs = seconds(value, what)
+    if secs <= 0:
+        raise InvalidArgument(f"{what} must be above 0 seconds, got {show(value)}")
     return secs
 
 

@@ -19,6 +19,7 @@ from sdk._checks import (
     check_count,
     check_id,
     check_int,
+    check_name,
     check_optional_id,
     check_options,
     check_status,
@@ -32,6 +33,7 @@ from sdk._history import History
 from sdk._lineage import Lineages
 from sdk._registry import Registry
 from sdk._runs import raise_refused, refusal_error
+from sdk._sending import EventSending
 from sdk._serde import converter, dumps, loads
 from sdk._types import Decision, Reason, RunOptions, RunRecord, RunStatus, Versions
 from sdk._values import Serializer
@@ -44,7 +46,7 @@ if TYPE_CHECKING:
 __all__ = ["Authorizer", "Client", "RunHandle"]
 
 
-class Client(History, Lineages):
+class Client(History, Lineages, EventSending):
     """Starts and steers runs.
 
     Args:
@@ -106,6 +108,20 @@ class Client(History, Lineages):
             options: `RunOptions`: thread, trace id, environment, versions, policy
                 snapshot, recorded on the run.
         """
+        handle, _ = await self._start(
+            flow, args, kwargs, run_id=run_id, priority=priority, queue=queue,
+            tenant_id=tenant_id, options=options,
+        )  # fmt: skip
+        return handle
+
+    async def _start(
+        self, flow: Callable[..., Any] | str, args: tuple[Any, ...], kwargs: dict[str, Any], *,
+        run_id: str | None, priority: int = 0, queue: str | None = None,
+        tenant_id: str | None = None, options: RunOptions | None = None,
+        cause: dict[str, Any] | None = None,
+    ) -> tuple[RunHandle, bool]:  # fmt: skip
+        """`start`, also saying whether it created the run; `cause` joins the
+        ``run.created`` event's data (e.g. the event that started it)."""
         fd = self._flow_def(flow)
         name = fd.name if isinstance(fd, FlowDef) else fd
         run_id = check_id(run_id if run_id is not None else str(uuid.uuid4()), "run_id")
@@ -153,8 +169,9 @@ class Client(History, Lineages):
                     environment=opts.environment, versions=_versions(opts.versions),
                     policy_snapshot_id=opts.policy_snapshot_id,
                     retention=fd.retention if isinstance(fd, FlowDef) else None,
+                    timeout=fd.timeout if isinstance(fd, FlowDef) else None,
                 ),
-                dumps({"flow": name, "queue": q, "priority": priority}),
+                dumps({"flow": name, "queue": q, "priority": priority, **(cause or {})}),
             )  # fmt: skip
         except CorruptData as exc:  # the run id is taken by a damaged run
             raise CorruptRecord(exc.run_id, exc.key, exc.detail) from None
@@ -162,7 +179,7 @@ class Client(History, Lineages):
             raise IdempotencyConflict(
                 f"run {run_id!r} already exists with different arguments or flow"
             )
-        return RunHandle(self, run_id)
+        return RunHandle(self, run_id), outcome.created
 
     # -- reading ----------------------------------------------------------------
 
@@ -194,7 +211,7 @@ class Client(History, Lineages):
         `RunNotFound` for an unknown one.
         """
         check_id(run_id, "run_id")
-        check_id(name, "signal name")
+        check_name(name, "signal name")
         check_optional_id(dedup_id, "dedup_id")
         check_optional_id(actor, "actor")
         await self._authorize(actor, "signal", run_id)

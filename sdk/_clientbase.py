@@ -43,7 +43,8 @@ class Authorizer(Protocol):
     """Decides whether `actor` may perform `action` on `run`.
 
     Actions: ``signal``, ``approve``, ``deny``, ``cancel``, ``resume``,
-    ``force_resume``, ``replay``, ``fork``, ``delete``.
+    ``force_resume``, ``replay``, ``fork``, ``delete``, ``send_event`` (per run
+    the event would reach).
     """
 
     def can(self, actor: str, action: str, run: RunRecord) -> bool: ...

@@ -12,7 +12,7 @@ from typing import Any, ParamSpec, TypeVar, overload
 import attrs
 import wrapt
 
-from sdk._checks import check_id, check_optional_id
+from sdk._checks import check_id, check_optional_id, check_timeout
 from sdk._registry import Registry
 from sdk._retry import RetryPolicy
 from sdk._serde import dumps, loads, return_type
@@ -46,6 +46,8 @@ class FlowDef:
     optional_checkpoints: bool = False
     delete_on_success: bool = False
     retention: float | None = None  # seconds a completed or canceled run is kept
+    on_event: str | None = None  # each event of this name starts a run (Client.send_event)
+    timeout: float | None = None  # seconds from a run's start until it fails timed_out
     _hints: dict[str, Any] | None = None
     _rtype: Any = attrs.field(default=None)
     _rtype_done: bool = False
@@ -179,6 +181,8 @@ def flow(
     delete_on_success: bool = False,
     retention: float | timedelta | None = None,
     registry: Registry | None = None,
+    on_event: str | None = None,
+    timeout: float | timedelta | None = None,
 ) -> Callable[[Callable[P, Coroutine[Any, Any, R]]], Callable[P, Coroutine[Any, Any, R]]]: ...
 
 
@@ -194,6 +198,8 @@ def flow(
     delete_on_success: bool = False,
     retention: float | timedelta | None = None,
     registry: Registry | None = None,
+    on_event: str | None = None,
+    timeout: float | timedelta | None = None,
 ) -> Any:
     """Declare a durable flow: an ``async def`` whose steps and waits are journaled.
 
@@ -212,6 +218,14 @@ def flow(
             `timedelta`) after they finish, then a worker deletes them. Default:
             kept until `Client.delete`. Failed runs are always kept.
         registry: where to register it (default: `Registry.default()`).
+        timeout: seconds (or a `timedelta`) a run may take, counted from its
+            start (when a worker first claims it; time queued before does not
+            count). A run that has not ended by then fails with reason
+            ``timed_out`` wherever it is (running a step, parked on a wait),
+            fired durably by any worker's tick. Default: no limit.
+        on_event: an event name: every `Client.send_event` of it starts one run
+            of this flow with the event's data as its one argument, run id
+            ``f"{name}:{event_id}"`` (so a repeated event id starts nothing).
 
     Raises:
         RegistryConflict: another function is registered under this name.
@@ -240,9 +254,19 @@ def flow(
                 "Client.start options; rename them"
             )
         keep = _retention(fname, retention)
+        limit = None if timeout is None else check_timeout(timeout, f"flow {fname!r}: timeout")
+        check_optional_id(on_event, f"flow {fname!r}: on_event")
+        if on_event is not None:
+            try:
+                sig.bind(None)
+            except TypeError:
+                raise InvalidArgument(
+                    f"flow {fname!r}: with on_event it must take the event's data as its "
+                    "one argument"
+                ) from None
         fd = FlowDef(
             fname, fn, version, retry, queue, sig, optional_checkpoints,
-            bool(delete_on_success), keep,
+            bool(delete_on_success), keep, on_event=on_event, timeout=limit,
         )  # fmt: skip
 
         @wrapt.decorator

@@ -187,6 +187,7 @@ class Lineages(ClientBase):
             root_run_id=rec.root_run_id or run.run_id,
             retry=retry.to_json() if retry is not None else run.retry,
             retention=fd.retention if fd is not None else None,
+            timeout=fd.timeout if fd is not None else None,
         )  # fmt: skip
 
 

@@ -20,11 +20,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 
+from sdk._events import event_mailbox
 from sdk._journal import Kind, Record, State
 from sdk._serde import converter, rebuild_exception
 from sdk._types import Decision, Reason
 from sdk.errors import WaitTimeout
-from stores.protocol import Mailbox
+from stores.protocol import EventWatch, Mailbox
 
 if TYPE_CHECKING:
     from sdk._step import StepSpec
@@ -241,4 +242,18 @@ class TimerOp(Op):
         return Outcome(None)
 
 
-__all__ += ["NowOp", "UuidOp"]
+@attrs.define(eq=False)
+class EventWaitOp(WaitOp):
+    """``wait_for_event(name, match=...)``: a wait on its filter's mailbox, which
+    listens (is in its filter's index) once it has been consumed in this activation."""
+
+    watch: EventWatch = attrs.field(kw_only=True)
+    #: consumed once in this activation, so listening (each activation re-registers)
+    armed: bool = False
+
+    @property
+    def mailbox(self) -> Mailbox:
+        return event_mailbox(self.watch.token)
+
+
+__all__ += ["EventWaitOp", "NowOp", "UuidOp"]

@@ -8,19 +8,20 @@ the coroutine to await. Their keys live in the reserved ``~`` namespace.
 from __future__ import annotations
 
 import uuid as _uuid
-from collections.abc import Collection, Coroutine
+from collections.abc import Collection, Coroutine, Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from sdk._checks import check_id
+from sdk._checks import check_id, check_name
 from sdk._clock import seconds
 from sdk._context import _OUTSIDE, _run_var, _step_var
+from sdk._events import watch_for
 from sdk.errors import InvalidArgument, NotInRunError
 
 if TYPE_CHECKING:
     from sdk._activation import Activation
 
-__all__ = ["now", "sleep", "sleep_until", "uuid4", "wait_for"]
+__all__ = ["now", "sleep", "sleep_until", "uuid4", "wait_for", "wait_for_event"]
 
 
 def _activation(what: str) -> Activation:
@@ -64,7 +65,7 @@ def wait_for(
         if not decision.approved:
             return "rejected"
     """
-    check_id(name, "wait_for(): name")
+    check_name(name, "wait_for(): name")
     who: tuple[str, ...] | None = None
     if approvers is not None:
         if not human:
@@ -80,6 +81,39 @@ def wait_for(
     if limit is not None and limit < 0:
         raise InvalidArgument(f"wait_for({name!r}): timeout must not be negative, got {timeout!r}")
     return _activation("wait_for()").wait(name, limit, human, who)
+
+
+def wait_for_event(
+    name: str, *, match: Mapping[str, Any] | None = None, timeout: float | timedelta | None = None
+) -> Coroutine[Any, Any, Any]:
+    """Wait durably for an event `name` sent by `Client.send_event`; return its data.
+
+    Only events whose data has every field of `match` with an equal value
+    (top-level fields, compared as JSON) count. The wait listens from the
+    moment it begins: an event sent before that is missed (send it again, or
+    use `wait_for` and `Client.signal` when the sender knows the run). An event
+    reaches each listening wait at most once per event id. Journaled like
+    `wait_for`: a replay returns the recorded data (or raises the recorded
+    `WaitTimeout`), and it can race other waits in ``asyncio.wait``.
+
+    Args:
+        name: the event's name.
+        match: field -> value that the event's data must hold (default: any event).
+        timeout: seconds or a timedelta; when it passes first, `WaitTimeout`.
+
+    Example::
+
+        paid = await wait_for_event("payment.succeeded", match={"order_id": order_id},
+                                    timeout=timedelta(days=1))
+    """
+    check_id(name, "wait_for_event(): name")
+    limit = None if timeout is None else seconds(timeout, "wait_for_event timeout")
+    if limit is not None and limit < 0:
+        raise InvalidArgument(
+            f"wait_for_event({name!r}): timeout must not be negative, got {timeout!r}"
+        )
+    act = _activation("wait_for_event()")
+    return act.wait_event(name, watch_for(name, match, act.serializer), limit)
 
 
 def sleep(duration: float | timedelta) -> Coroutine[Any, Any, None]:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import inspect
 import types
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any, Literal, TypeVar, overload
 
 import attrs
 import wrapt
 
-from sdk._checks import check_id
+from sdk._checks import check_id, check_timeout
 from sdk._context import _run_var, _step_var
 from sdk._retry import RetryPolicy
 from sdk._serde import return_type
@@ -33,6 +34,7 @@ class StepSpec:
     retry: RetryPolicy | None
     replay: str
     fn: Callable[..., Any]
+    timeout: float | None = None  # seconds an attempt may run before it is cancelled
     _rtype: Any = None
     _rtype_done: bool = False
     _sigs: dict[bool, inspect.Signature] = attrs.field(factory=dict)
@@ -74,7 +76,7 @@ def step(fn: F, /) -> F: ...
 @overload
 def step(
     *, name: str | None = None, retry: RetryPolicy | None = None,
-    replay: ReplayPolicy = "use_recorded_result",
+    replay: ReplayPolicy = "use_recorded_result", timeout: float | timedelta | None = None,
 ) -> Callable[[F], F]: ...  # fmt: skip
 
 
@@ -85,6 +87,7 @@ def step(
     name: str | None = None,
     retry: RetryPolicy | None = None,
     replay: ReplayPolicy = "use_recorded_result",
+    timeout: float | timedelta | None = None,
 ) -> Any:
     """Make a function a journaled step of the flows that call it.
 
@@ -102,6 +105,12 @@ def step(
             Must not start with ``~`` (reserved for built-ins).
         retry: `RetryPolicy`; default the flow's, and with neither the step runs once.
         replay: what a replayed or forked run does with this step's recorded result.
+        timeout: seconds (or a `timedelta`) one attempt may run, measured on the
+            worker's clock. A longer attempt is cancelled (its task gets
+            `asyncio.CancelledError`) and recorded as a failed attempt with
+            `sdk.errors.StepTimeout`, then retried under the retry policy like
+            any failure. Only for ``async def`` steps: a synchronous function
+            blocks the event loop and cannot be interrupted. Default: no limit.
 
     Example::
 
@@ -120,7 +129,15 @@ def step(
             )
         if replay not in REPLAY_POLICIES:
             raise InvalidArgument(f"step {sname!r}: replay must be one of {REPLAY_POLICIES}")
-        spec = StepSpec(sname, retry, replay, fn)
+        limit = None
+        if timeout is not None:
+            limit = check_timeout(timeout, f"@step {sname!r}: timeout")
+            if not inspect.iscoroutinefunction(fn):
+                raise InvalidArgument(
+                    f"@step {sname!r}: timeout needs an async def step; a synchronous "
+                    "function blocks the event loop and cannot be cancelled"
+                )
+        spec = StepSpec(sname, retry, replay, fn, limit)
 
         @wrapt.decorator
         def wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:

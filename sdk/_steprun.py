@@ -7,6 +7,10 @@ one fenced write that the activation delivers to the flow in a later round.
 A retry backoff longer than the worker's ``inline_backoff_max`` leaves the
 op waiting on a durable timer (the run parks); so does a replayed step with
 ``replay="require_human"`` until its approval arrives.
+
+An attempt of a step with a timeout runs as a task of its own, raced against
+a deadline on the worker's clock (`sdk._clock.sleep_until`): past it, the task
+is cancelled, allowed to unwind, and the attempt fails with `StepTimeout`.
 """
 
 from __future__ import annotations
@@ -17,13 +21,14 @@ import inspect
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
+from sdk._clock import sleep_until
 from sdk._context import StepContext, _step_var
 from sdk._journal import Kind, Record, State
 from sdk._ops import Outcome, StepOp, tag
 from sdk._retry import RetryPolicy
 from sdk._serde import converter, dumps, encode_exception, exception_message
 from sdk._types import CheckpointKind, Decision, EventType, Reason
-from sdk.errors import IdempotencyConflict, SerializationError
+from sdk.errors import IdempotencyConflict, SerializationError, StepTimeout
 from stores.protocol import Mailbox, StepEvent
 
 if TYPE_CHECKING:
@@ -137,7 +142,9 @@ async def _attempts(act: Activation, op: StepOp, attempts: int) -> None:
         failure: Exception | None = None
         try:
             value = op.fn(*op.args, **op.kwargs)
-            if inspect.iscoroutine(value) or isinstance(value, Awaitable):
+            if spec.timeout is not None and isinstance(value, Awaitable):
+                value = await _within(act, op, value, spec.timeout)
+            elif inspect.iscoroutine(value) or isinstance(value, Awaitable):
                 value = await value
         except Exception as exc:
             failure = exc
@@ -168,6 +175,31 @@ async def _attempts(act: Activation, op: StepOp, attempts: int) -> None:
                                  type=tpath, attempts=attempts, rh=rh)  # fmt: skip
         await act.writes.resolve(op, done, Outcome(value), _COMPLETED, ctx._intents)
         return
+
+
+async def _within(act: Activation, op: StepOp, attempt: Awaitable[Any], timeout: float) -> Any:
+    """The attempt's result, or `StepTimeout` once it has run `timeout` seconds of the
+    worker's clock: then its task is cancelled and has unwound (its ``except
+    CancelledError`` / ``finally`` ran) before the failure is recorded."""
+    body = asyncio.ensure_future(attempt)  # copies the context: current_step() holds
+    timer = asyncio.ensure_future(sleep_until(act.clock, act.clock.time() + timeout))
+    timed_out = False
+    try:
+        await asyncio.wait((body, timer), return_when=asyncio.FIRST_COMPLETED)
+        timed_out = not body.done()
+    finally:
+        timer.cancel()
+        if not body.done():  # timed out, or this activation is being cancelled
+            body.cancel()
+            await asyncio.wait((body,))
+    if timed_out:
+        # whatever the body did once cancelled (even returning a value), the
+        # attempt ran out of time: its outcome is the timeout
+        if not body.cancelled():
+            body.exception()  # retrieved: not logged as "never retrieved"
+        act.log.info("run %s: step %s timed out after %gs", act.run_id, op.key, timeout)
+        raise StepTimeout(op.key, timeout)
+    return body.result()
 
 
 def _unstorable(op: StepOp, exc: Exception) -> SerializationError:

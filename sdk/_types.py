@@ -56,6 +56,9 @@ class Reason(enum.StrEnum):
     """The run's stored data (record, journal, mailbox, lineage, log or index entry)
     cannot be read or worked with; a worker failed the run alone. The error names
     the Redis key and what is wrong with it."""
+    TIMED_OUT = "timed_out"
+    """The run had not finished when its ``@flow(timeout=...)`` ran out (counted
+    from its start); a worker's tick failed it, wherever it was."""
 
     def __str__(self) -> str:
         return self.value

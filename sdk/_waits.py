@@ -16,7 +16,7 @@ import attrs
 
 from sdk import _steprun
 from sdk._journal import Kind, Record, State
-from sdk._ops import Op, Outcome, SleepOp, StepOp, TimerOp, WaitOp
+from sdk._ops import EventWaitOp, Op, Outcome, SleepOp, StepOp, TimerOp, WaitOp
 from sdk._serde import loads
 from sdk._types import RunStatus
 from stores.protocol import Consumed, Mailbox
@@ -77,7 +77,9 @@ def start_next(act: Activation) -> None:
                 return
         elif isinstance(op, WaitOp):
             passed = op.deadline is not None and op.deadline <= now
-            if act.mail is None or op.mailbox in act.mail or passed:
+            # a wait_for_event listens only once consumed (in each activation)
+            unarmed = isinstance(op, EventWaitOp) and not op.armed
+            if act.mail is None or op.mailbox in act.mail or passed or unarmed:
                 act.resolving = act.waiting.pop(op.pos)
                 act.spawn(_consume(act, op))
                 return
@@ -101,13 +103,17 @@ async def _consume(act: Activation, op: WaitOp) -> None:
     batch = act.writes.batch()
     try:
         r = batch.round
+        watch = op.watch if isinstance(op, EventWaitOp) else None
         code, payload = await act.writes.guard(
             act.store.consume(
                 act.run_id, act.fence, op.key, op.mailbox, act.clock.time(), op.deadline,
                 Record(op.key, op.pos, Kind.WAIT, State.OK, r=r).to_json(),
                 Record(op.key, op.pos, Kind.WAIT, State.TIMEOUT, due=op.deadline, r=r).to_json(),
+                watch=watch,
             )
         )  # fmt: skip
+        if isinstance(op, EventWaitOp):
+            op.armed = True
         if code is Consumed.FENCED:
             act.writes.fenced(f"while waiting at {op.key!r}")
         if code is Consumed.SIGNAL:

@@ -306,17 +306,19 @@ class Worker:
             if register:  # after the leases: they are what a late heartbeat costs
                 await self._register()
 
-    async def _renew_leases(self) -> None:
+    async def _renew_leases(self, now: float | None = None) -> None:
+        """Extend the leases held here to a TTL after `now` (default: the clock's now)."""
+        expiry = (self.clock.time() if now is None else now) + self.lease_ttl
         leases = [
             (run_id, act.fence)
             for run_id, (_, act) in self._inflight.items()
             if act is not None and not act.crashed
         ]
         try:
-            await self.dispatcher.renew(self.clock.time() + self.lease_ttl)
+            await self.dispatcher.renew(expiry)
             if not leases:
                 return
-            lost = await self.store.renew(leases, self.clock.time() + self.lease_ttl)
+            lost = await self.store.renew(leases, expiry)
         except Exception:
             log.exception("lease heartbeat failed; will try again")
             return

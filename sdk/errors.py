@@ -12,6 +12,7 @@ The tree::
     ├── SerializationError       (also TypeError) a value the journal cannot hold
     ├── InvalidArgument          (also ValueError, TypeError) a bad argument of a public call
     ├── WaitTimeout              (also TimeoutError) a wait_for deadline passed
+    ├── StepTimeout              (also TimeoutError) a step attempt ran past its timeout
     ├── LeaseLost                another worker owns the run now; this one must not write
     ├── Forbidden                (also PermissionError) the authorizer refused an action
     ├── NotInRunError            (also RuntimeError) a run-only call outside a run
@@ -56,6 +57,7 @@ __all__ = [
     "SerializationError",
     "SteadyflowError",
     "StepError",
+    "StepTimeout",
     "WaitTimeout",
 ]
 
@@ -190,6 +192,31 @@ class WaitTimeout(SteadyflowError, TimeoutError):
         self.name = name
         self.step_key = step_key
         super().__init__(f"wait_for({name!r}) timed out (step key {step_key!r})")
+
+
+class StepTimeout(SteadyflowError, TimeoutError):
+    """A step attempt ran longer than its ``@step(timeout=...)``; it was cancelled.
+
+    Recorded as a failed attempt like any exception the step raised: retried
+    under the step's retry policy, and re-raised identically on replay.
+
+    Attributes:
+        step_key: the step's journal key.
+        timeout: the step's timeout, in seconds.
+    """
+
+    def __init__(self, step_key: str, timeout: float) -> None:
+        self.step_key = step_key
+        self.timeout = timeout
+        super().__init__(str(self))
+        # the record keeps these args, so a replay rebuilds the same exception
+        self.args = (step_key, timeout)
+
+    def __str__(self) -> str:
+        return (
+            f"step {self.step_key!r} timed out: an attempt ran longer than its timeout of "
+            f"{self.timeout:g} seconds and was cancelled"
+        )
 
 
 class LeaseLost(SteadyflowError):

@@ -86,6 +86,8 @@ def run_fields(new: NewRun) -> list[str]:
     fields += [x for name, v in optional.items() if v is not None for x in (name, v)]
     if new.retention is not None:
         fields += ["retention", num(new.retention)]
+    if new.timeout is not None:
+        fields += ["timeout", num(new.timeout)]
     return fields
 
 

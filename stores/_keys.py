@@ -23,6 +23,7 @@ SUFFIX = {
     "dedup": "dd:",  # SET   dedup ids seen (+ run id)
     "waits": "w:",  # SET   mailboxes a waiting run waits on (+ run id)
     "approvers": "ap:",  # HASH  human mailbox -> who may decide, one per line (+ run id)
+    "evwatch": "evw:",  # HASH  step key -> event mailbox its wait_for_event listens on (+ run id)
     "events": "ev:",  # STREAM the run's event log, capped (+ run id)
     "checkpoints": "cp:",  # STREAM the run's checkpoints (+ run id)
     "lineage": "ln:",  # HASH  step key -> reusable record of the source runs (+ run id)
@@ -39,6 +40,7 @@ SUFFIX = {
     "leases": "leases",  # ZSET  run id -> lease expiry
     "runs": "runs",  # ZSET  every run id -> created_at
     "expiry": "expiry",  # ZSET  run id -> when its data is deleted (retention, tombstones)
+    "deadlines": "deadlines",  # ZSET  run id -> when it times out (@flow(timeout=), from its start)
     "repair": "repair",  # HASH  the repair pass's cursor: status, run id, score, next pass due
     # The outbox. An intent outlives its run until it is delivered: its hash is
     # not a per-run key (deleting a run drops its settled intents only).
@@ -47,6 +49,9 @@ SUFFIX = {
     "outbox": "obq:",  # ZSET  pending intent id -> due time or lease expiry (+ channel)
     "outbox_wake": "obw:",  # LIST  wake-up tokens for dispatchers (+ channel)
     "intent_seq": "obseq",  # STRING intent id counter
+    # Events matched by key (wait_for_event / send_event), per partition.
+    "evindex": "evi:",  # SET   run ids listening for one event name and filter (+ index token)
+    "evshapes": "evs:",  # SET   the filters' field-name lists seen for an event (+ event name)
     # Workers of the deployment (kept in partition 0), from their heartbeats.
     "workers": "workers",  # ZSET  worker id -> when its registration expires
     "worker": "worker",  # HASH  worker id -> its last heartbeat, JSON
@@ -57,13 +62,14 @@ SUFFIX = {
 #: Every SUFFIX entry is either here, "mailbox", or in SHARED_SUFFIXES.
 RUN_SUFFIXES = (
     "run", "journal", "mailboxes", "dedup", "waits", "approvers", "events",
-    "checkpoints", "lineage", "jseq", "done", "gone", "intents",
+    "checkpoints", "lineage", "jseq", "done", "gone", "intents", "evwatch",
 )  # fmt: skip
 
 #: The suffixes of the keys a partition's runs share (indexes, queues, feed, outbox).
 SHARED_SUFFIXES = (
     "feed", "queue", "wake", "status", "queues", "seq", "timers", "leases", "runs", "expiry",
-    "repair", "intent", "outbox", "outbox_wake", "intent_seq", "workers", "worker",
+    "deadlines", "repair", "intent", "outbox", "outbox_wake", "intent_seq", "workers", "worker",
+    "evindex", "evshapes",
 )  # fmt: skip
 
 
@@ -132,6 +138,12 @@ class Keys:
 
     def outbox_wake(self, partition: int, channel: str) -> str:
         return self.base(partition) + SUFFIX["outbox_wake"] + channel
+
+    def event_index(self, partition: int, token: str) -> str:
+        return self.base(partition) + SUFFIX["evindex"] + token
+
+    def event_shapes(self, partition: int, event: str) -> str:
+        return self.base(partition) + SUFFIX["evshapes"] + event
 
     def workers(self) -> str:
         return self.base(0) + SUFFIX["workers"]

@@ -91,6 +91,9 @@ class EventType(enum.StrEnum):
     SIGNAL_RECEIVED = "signal.received"
     WAIT_COMPLETED = "wait.completed"
     WAIT_TIMED_OUT = "wait.timed_out"
+    EVENT_DELIVERED = "event.delivered"
+    """`Client.send_event` delivered an event to a ``wait_for_event`` of the run
+    (data: name, event_id, actor)."""
     RUN_LEASE_EXPIRED = "run.lease_expired"
     RUN_REPAIRED = "run.repaired"
     """The workers' repair pass found the run on no index that would run or wake it

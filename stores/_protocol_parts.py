@@ -9,14 +9,57 @@ from typing import Any, Protocol
 
 from stores._records import (
     Delivery,
+    EventDelivered,
     IntentClaim,
+    Mailbox,
+    Refused,
     StoredCheckpoint,
     StoredEvent,
     StoredIntent,
     WorkerBeat,
 )
 
-__all__ = ["HistoryReads", "OutboxStore", "WorkerRegistry"]
+__all__ = ["EventStore", "HistoryReads", "OutboxStore", "WorkerRegistry"]
+
+
+class EventStore(Protocol):
+    """Events matched by key (``send_event`` / ``wait_for_event``).
+
+    A wait registers itself when it is consumed (`Store.consume` with a
+    `EventWatch`): its run joins the index of its filter's token in the run's
+    own partition, and the filter's shape joins the event's shapes there. A
+    send reads the shapes, then the indexes of the tokens the event's data
+    gives, then delivers to each run found, one call per run.
+    """
+
+    async def event_shapes(self, event: str) -> set[str]:
+        """The filter shapes registered for `event`, over every partition (one
+        round trip per partition, concurrently)."""
+        ...
+
+    async def event_listeners(self, tokens: Sequence[str]) -> list[tuple[str, str]]:
+        """(token, run id) for each run in the index of each of `tokens`, over every
+        partition (one round trip per partition, concurrently); may name runs
+        that no longer listen."""
+        ...
+
+    async def deliver_event(
+        self,
+        run_id: str,
+        token: str,
+        mailbox: Mailbox,
+        payload: str,
+        dedup_id: str,
+        *,
+        now: float,
+        event_data: str,
+    ) -> EventDelivered | Refused:
+        """Put an event in the mailbox of a run that listens there (an
+        ``event.delivered`` event; the run woken if it waits on it). Safe to
+        repeat: the dedup id makes a second call `DUPLICATE`. A run that does
+        not listen there (ended, gone, stopped waiting) is `NOT_LISTENING` and
+        taken off the index of `token`. `Refused` (`CORRUPT`) for damaged data."""
+        ...
 
 
 class HistoryReads(Protocol):

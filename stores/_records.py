@@ -19,6 +19,8 @@ __all__ = [
     "CorruptData",
     "Damaged",
     "Delivery",
+    "EventDelivered",
+    "EventWatch",
     "IntentClaim",
     "Lineage",
     "Mailbox",
@@ -55,6 +57,17 @@ class Mailbox:
 
 
 @attrs.frozen
+class EventWatch:
+    """What a ``wait_for_event`` listens for: the event's name, its filter's shape
+    (the filter's field names, as the engine encodes them) and the index token of
+    the filter (event name, field names and values; opaque to the store)."""
+
+    event: str
+    shape: str
+    token: str
+
+
+@attrs.frozen
 class NewRun:
     """What starting a run (or deriving one by replay or fork) writes.
 
@@ -80,6 +93,7 @@ class NewRun:
     root_run_id: str | None = None
     retry: str | None = None  # JSON of a retry policy that replaces the flow's default
     retention: float | None = None  # seconds a completed or canceled run is kept
+    timeout: float | None = None  # seconds from its start (claim) until it fails timed_out
 
 
 @attrs.frozen
@@ -266,6 +280,14 @@ class Consumed(enum.Enum):
     TIMEOUT = "timeout"  # the deadline had passed: recorded the timeout
     EMPTY = "empty"  # nothing to take, deadline not reached
     FENCED = "fenced"  # the activation's lease is lost: nothing written
+
+
+class EventDelivered(enum.Enum):
+    """What `Store.deliver_event` did."""
+
+    DELIVERED = "delivered"  # put in the mailbox (the run woken if it waits on it)
+    DUPLICATE = "duplicate"  # the run already had this dedup id: nothing written
+    NOT_LISTENING = "not_listening"  # no wait of the run listens there: index entry dropped
 
 
 class Parked(enum.Enum):

@@ -29,13 +29,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from stores._lifecycle import RESUMABLE, TRANSITIONS, CheckpointKind, EventType, RunStatus
-from stores._protocol_parts import HistoryReads, OutboxStore, WorkerRegistry
+from stores._protocol_parts import EventStore, HistoryReads, OutboxStore, WorkerRegistry
 from stores._records import (
     Claim,
     Consumed,
     CorruptData,
     Damaged,
     Delivery,
+    EventDelivered,
+    EventWatch,
     IntentClaim,
     Lineage,
     Mailbox,
@@ -63,7 +65,10 @@ __all__ = [
     "CorruptData",
     "Damaged",
     "Delivery",
+    "EventDelivered",
+    "EventStore",
     "EventType",
+    "EventWatch",
     "HistoryReads",
     "IntentClaim",
     "Lineage",
@@ -88,7 +93,7 @@ __all__ = [
 ]
 
 
-class Store(HistoryReads, OutboxStore, WorkerRegistry, Protocol):
+class Store(HistoryReads, OutboxStore, WorkerRegistry, EventStore, Protocol):
     """Run records, journals, mailboxes, timers, queues and leases.
 
     **Repeating a call.** A call whose reply was lost (a dropped connection)
@@ -238,11 +243,18 @@ class Store(HistoryReads, OutboxStore, WorkerRegistry, Protocol):
         deadline: float | None,
         record: str,
         timeout_record: str,
+        *,
+        watch: EventWatch | None = None,
     ) -> tuple[Consumed, str | None]:
         """Take one signal into the journal at `key`: `record` (a JSON object the
         engine made) with the signal's JSON payload as its member ``"value"``; or,
         with none and the deadline passed, `timeout_record`. Safe to run twice: a
-        second run answers as the first did. Returns what happened and the payload."""
+        second run answers as the first did. Returns what happened and the payload.
+
+        With `watch` (a ``wait_for_event``), the wait at `key` listens on
+        `mailbox` first (see `EventStore`), and stops listening when it takes an
+        event or times out; the last wait of the run to stop listening on that
+        mailbox drops the events left in it."""
         ...
 
     async def suspend(
@@ -307,9 +319,13 @@ class Store(HistoryReads, OutboxStore, WorkerRegistry, Protocol):
 
         A recovered run gets a new fencing token and goes back to its queue
         (``replaying``), or fails with `recovery_error` (JSON of an error) after
-        `max_recoveries` recoveries without progress. `next_due` is the
-        earliest timer or lease expiry left (None: neither), so a worker can
-        sleep until then.
+        `max_recoveries` recoveries without progress. A run whose timeout
+        deadline (`NewRun.timeout` seconds after its claim from ``pending``, or
+        after a resume) has passed and that has not ended fails with reason
+        ``timed_out`` (error type ``builtins:TimeoutError``), fenced out of any
+        activation, in one step; `fired` counts these too. `next_due` is the
+        earliest timer, run deadline or lease expiry left (None: none), so a
+        worker can sleep until then.
 
         It also runs the repair pass, at most once a second (of `now`) per
         partition and over at most `limit` runs a time, walking the runs that

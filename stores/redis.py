@@ -21,6 +21,7 @@ from redis.backoff import ExponentialWithJitterBackoff
 from stores import _codec, _decode
 from stores._codec import num
 from stores._control import Control
+from stores._events import Events
 from stores._keys import SUFFIX, Keys
 from stores._outbox import Outbox
 from stores._reads import Reads
@@ -32,6 +33,7 @@ from stores.protocol import (
     Consumed,
     CorruptData,
     EventType,
+    EventWatch,
     Mailbox,
     NewIntent,
     NewRun,
@@ -47,7 +49,7 @@ from stores.protocol import (
 __all__ = ["RedisStore"]
 
 
-class RedisStore(Reads, Control, Outbox, Workers):
+class RedisStore(Reads, Control, Outbox, Workers, Events):
     """Steadyflow's storage on Redis (or on fakeredis, for ``memory://``).
 
     Args:
@@ -315,17 +317,18 @@ class RedisStore(Reads, Control, Outbox, Workers):
         deadline: float | None,
         record: str,
         timeout_record: str,
+        *,
+        watch: EventWatch | None = None,
     ) -> tuple[Consumed, str | None]:
         k = self.keys
-        reply = await self._call(
-            "consume",
-            [k.run(run_id), k.journal(run_id)],
-            [
-                k.base_of(run_id), run_id, str(fence), key, _codec.mailbox_name(mailbox),
-                num(now), "" if deadline is None else num(deadline),
-                _codec.splice_prefix(record), timeout_record,
-            ],
-        )  # fmt: skip
+        args = [
+            k.base_of(run_id), run_id, str(fence), key, _codec.mailbox_name(mailbox),
+            num(now), "" if deadline is None else num(deadline),
+            _codec.splice_prefix(record), timeout_record,
+        ]  # fmt: skip
+        if watch is not None:
+            args += [watch.token, watch.event, watch.shape]
+        reply = await self._call("consume", [k.run(run_id), k.journal(run_id)], args)
         code = int(_decode.corrupt(run_id, reply)[0])
         if code == -1:
             return Consumed.FENCED, None

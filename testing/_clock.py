@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -25,6 +26,10 @@ class FakeClock:
     The event loop's own clock stays real (``real_asyncio=True``), so
     ``asyncio.sleep`` and timeouts still work.
 
+    In-process deadlines of the engine (a step's ``@step(timeout=...)``) wait
+    on `sleep_until`: they fire when `advance` moves the clock past them, never
+    on their own.
+
     Args:
         start: an aware datetime, or epoch seconds; default now, to the second.
 
@@ -44,6 +49,7 @@ class FakeClock:
         self._now: datetime = start.astimezone(UTC)
         self._freezer: Any = None
         self._factory: Any = None
+        self._sleepers: list[tuple[float, asyncio.Future[None]]] = []
 
     def time(self) -> float:
         """Fake seconds since the epoch."""
@@ -61,6 +67,24 @@ class FakeClock:
         self._now += timedelta(seconds=secs)
         if self._factory is not None:
             self._factory.move_to(self._now)
+        now = self.time()
+        due = [fut for when, fut in self._sleepers if when <= now]
+        self._sleepers = [(when, fut) for when, fut in self._sleepers if when > now]
+        for fut in due:
+            _wake(fut)
+
+    async def sleep_until(self, when: float) -> None:
+        """Return once `advance` has moved this clock to `when` (epoch seconds)."""
+        if when <= self.time():
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        entry = (when, fut)
+        self._sleepers.append(entry)
+        try:
+            await fut
+        finally:
+            if entry in self._sleepers:  # cancelled before it was due
+                self._sleepers.remove(entry)
 
     @property
     def started(self) -> bool:
@@ -86,3 +110,18 @@ class FakeClock:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _wake(fut: asyncio.Future[None]) -> None:
+    """Resolve a sleeper's future, from its loop's thread or another one."""
+    if fut.done():
+        return
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    loop = fut.get_loop()
+    if running is loop:
+        fut.set_result(None)
+    elif not loop.is_closed():
+        loop.call_soon_threadsafe(lambda: None if fut.done() else fut.set_result(None))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, Literal
@@ -9,6 +11,7 @@ from typing import Any, Literal
 import cattrs
 
 from sdk._client import Client, RunHandle
+from sdk._clock import seconds
 from sdk._registry import Registry
 from sdk._values import Serializer
 from sdk._worker import Worker
@@ -40,6 +43,18 @@ class FlowTestEnv:
             await env.run_until_idle()           # runs until the 1-day sleep
             await env.advance(timedelta(days=1)) # fires it, runs to the end
             assert await handle.result() is None
+
+    A step that is still running keeps `run_until_idle` waiting (the env cannot
+    tell a hung step from a slow one). To drive a step's ``@step(timeout=...)``
+    or a ``@flow(timeout=...)`` past such a step, run `run_until_idle` as a
+    task and call `advance` meanwhile: it moves the clock (which fires the
+    step's deadline at once), fires the store's due timers and run timeouts,
+    and then joins the pass under way::
+
+        busy = asyncio.create_task(env.run_until_idle())
+        await entered.wait()            # the step is running
+        await env.advance(30)           # past its timeout: cancelled, retried
+        await busy
     """
 
     def __init__(
@@ -67,6 +82,7 @@ class FlowTestEnv:
         self._client: Client | None = None
         self._worker: Worker | None = None
         self._crashes = CrashPoints()
+        self._pass: asyncio.Future[None] | None = None  # the run_until_idle under way
 
     async def __aenter__(self) -> FlowTestEnv:
         if self._store is None:
@@ -96,6 +112,10 @@ class FlowTestEnv:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        if self._pass is not None and not self._pass.done():  # left behind by a canceled test
+            self._pass.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._pass
         if self._own_store and self._store is not None:
             await self._store.close()
         if self._started_clock:
@@ -121,12 +141,32 @@ class FlowTestEnv:
         return await self.client.start(flow, *args, **kwargs)
 
     async def run_until_idle(self) -> None:
-        """Execute until nothing is ready (timers not yet due wait for `advance`)."""
-        await self.worker.run_until_idle()
+        """Execute until nothing is ready (timers not yet due wait for `advance`).
+
+        Called while another call is under way (a task waiting on a running
+        step), it joins that one instead of starting a second pass.
+        """
+        if self._pass is None or self._pass.done():
+            self._pass = asyncio.ensure_future(self.worker.run_until_idle())
+        await asyncio.shield(self._pass)
 
     async def advance(self, delta: float | timedelta) -> None:
-        """Move the fake clock, fire due timers, timeouts and lease expiries, run until idle."""
+        """Move the fake clock, fire due timers, timeouts and lease expiries, run until idle.
+
+        Moving the clock fires the deadlines of running step attempts
+        (``@step(timeout=...)``) at once. While a `run_until_idle` is under way,
+        this also makes the worker renew its leases (it stayed alive through
+        the jump) and fire the store's due timers and run timeouts now (the
+        pass may be waiting on a running step), then joins it.
+        """
+        under_way = self._pass is not None and not self._pass.done()
+        if under_way:
+            # The worker stays alive through the jump, so its leases do: they are
+            # renewed up to the new time before the clock moves (and wakes anything).
+            await self.worker._renew_leases(self.clock.time() + seconds(delta, "advance"))
         self.clock.advance(delta)
+        if under_way:
+            await self.worker._poll()
         await self.run_until_idle()
 
     def crash_at(self, step_key: str, when: Literal["before", "after"] = "after") -> None:

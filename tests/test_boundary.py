@@ -318,3 +318,10 @@ async def test_a_flow_started_by_name_gets_its_arguments_with_their_types() -> N
         handle = await env.client.start("tests.boundary.echo", value=frozenset({3}))
         await env.run_until_idle()
         assert await handle.result() == frozenset({3})
+
+
+async def test_names_starting_with_a_tilde_are_reserved() -> None:
+    async with FlowTestEnv(registry=REGISTRY) as env:
+        handle = await env.start(waiter)
+        with pytest.raises(InvalidArgument, match="signal name must not start with '~'"):
+            await env.client.signal(handle.run_id, "~event:abc", 1)

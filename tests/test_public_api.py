@@ -25,6 +25,8 @@ DOCUMENTED_SDK = {
     "Serializer",
     # docs/api.md "Client": Client.workers() lists these
     "WorkerInfo",
+    # docs/composition.md "Events matched by a key" (issue 9)
+    "wait_for_event",
 }  # fmt: skip
 
 
@@ -69,3 +71,10 @@ def test_no_stores_module_imports_sdk() -> None:
     for path in root.rglob("*.py"):
         imports = re.findall(r"^\s*(?:from|import) (sdk\b[\w.]*)", path.read_text(), re.M)
         assert not imports, (path.name, imports)
+
+
+def test_step_timeout_is_a_public_timeout_error() -> None:
+    # pinned by issue 9: sdk.errors.StepTimeout, a TimeoutError
+    assert "StepTimeout" in sdk.errors.__all__
+    assert issubclass(sdk.errors.StepTimeout, TimeoutError)
+    assert sdk.errors.__all__ == sorted(sdk.errors.__all__)

@@ -104,6 +104,7 @@ local function bad_fields(fields)
   local bad = badnum(v.created_at, 'created_at')
     or badnum(v.priority, 'priority', true)
     or (v.retention and badnum(v.retention, 'retention'))
+    or (v.timeout and badnum(v.timeout, 'timeout'))
     or (v.fence and badnum(v.fence, 'fence', true))
     or (v.recoveries and badnum(v.recoveries, 'recoveries', true))
   if bad then return bad end
@@ -111,6 +112,7 @@ local function bad_fields(fields)
     return 'priority must be in -' .. MAX_PRIORITY .. '..' .. MAX_PRIORITY
   end
   if v.retention and tonumber(v.retention) < 0 then return 'retention must be >= 0' end
+  if v.timeout and tonumber(v.timeout) <= 0 then return 'timeout must be > 0' end
   if not v.queue or v.queue == '' then return 'queue must not be empty' end
   if not v.flow or v.flow == '' then return 'flow must not be empty' end
   return nil
@@ -162,8 +164,21 @@ local function unqueue(id)
   redis.call('ZREM', P .. K.queue .. redis.call('HGET', key, 'queue'), id)
   redis.call('ZREM', P .. K.timers, id)
   redis.call('ZREM', P .. K.leases, id)
+  redis.call('ZREM', P .. K.deadlines, id)
   redis.call('DEL', P .. K.waits .. id)
   redis.call('HDEL', key, 'lease_owner', 'lease_exp')
+end
+
+-- A run with a timeout (@flow(timeout=...), field 'timeout': seconds) times out
+-- that long after `now` (its start, or a resume): field 'deadline' and the
+-- partition's deadline index, which maintain() fires.
+local function arm(id, now)
+  local key = rk(id)
+  local t = redis.call('HGET', key, 'timeout')
+  if not isnum(t) then return end
+  local at = string.format('%.17g', tonumber(now) + tonumber(t))
+  redis.call('HSET', key, 'deadline', at)
+  redis.call('ZADD', P .. K.deadlines, at, id)
 end
 
 -- A write of an activation is allowed only with the current fencing token
@@ -348,7 +363,9 @@ local function purge(id)
     for s in pairs(ALLOWED) do redis.call('ZREM', P .. K.status .. s, id) end
   end
   if q then redis.call('ZREM', P .. K.queue .. q, id) end
-  for _, z in ipairs({K.runs, K.timers, K.leases, K.expiry}) do redis.call('ZREM', P .. z, id) end
+  for _, z in ipairs({K.runs, K.timers, K.leases, K.expiry, K.deadlines}) do
+    redis.call('ZREM', P .. z, id)
+  end
   local names = P .. K.mailboxes .. id
   if not mistyped(names, 'set') then
     for _, name in ipairs(redis.call('SMEMBERS', names)) do redis.call('UNLINK', mbk(id, name)) end
@@ -494,13 +511,14 @@ local function repair(now, limit, note)
   return repaired
 end
 
--- Fire due timers, recover runs whose lease expired, delete runs whose
--- retention ended, and run the repair pass. Returns fired, recovered, next
--- timer due ('' if none), next lease expiry ('' if none), repaired, and the
+-- Fire due timers, recover runs whose lease expired, fail runs whose timeout
+-- passed, delete runs whose retention ended, and run the repair pass. Returns
+-- fired (timers and timeouts), recovered, next timer or run deadline due ('' if
+-- none), next lease expiry ('' if none), repaired, and the
 -- runs found damaged (id, key, what is wrong, ...): they are taken off the
 -- index that found them and left for the worker to fail (quarantine.lua).
 local function maintain(now, limit, max_recoveries, recovery_error)
-  local fired, recovered = 0, 0
+  local fired, recovered, timed_out = 0, 0, 0
   local damage = {}
   local function note(id, key, what)
     damage[#damage + 1] = id
@@ -545,6 +563,32 @@ local function maintain(now, limit, max_recoveries, recovery_error)
       recovered = recovered + 1
     end
   end
+  -- Run timeouts: a run still going at its deadline fails with reason timed_out,
+  -- wherever it is (queued, leased: its activation is fenced out, parked).
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', P .. K.deadlines, '-inf', now, 'LIMIT', 0, limit)) do
+    redis.call('ZREM', P .. K.deadlines, id)
+    local key, bad, st = damaged(id)
+    if not bad and st and not TERMINAL[st] then
+      key, bad = mistyped_any({P .. K.events .. id, 'stream', P .. K.checkpoints .. id, 'stream'})
+    end
+    if bad then
+      note(id, key, bad)
+    elseif st and not TERMINAL[st] and st ~= 'pending' then
+      -- running, replaying and both waiting statuses may all move to failed
+      move(id, 'failed')
+      key = rk(id)
+      local t = (string.gsub(redis.call('HGET', key, 'timeout') or '?', '%.0$', ''))
+      local why = '{"type":"builtins:TimeoutError","message":"the run did not finish within '
+        .. 'its timeout of ' .. t .. ' seconds (counted from its start)","reason":"timed_out"}'
+      redis.call('HINCRBY', key, 'fence', 1)
+      redis.call('HSET', key, 'finished_at', now, 'error', why, 'reason', 'timed_out')
+      unqueue(id)
+      emit(id, 'run.failed', now, '', why)
+      checkpoint(id, 'run_finished', '', 'failed', now)
+      finished(id, 'failed')
+      timed_out = timed_out + 1
+    end
+  end
   -- Retention: delete runs whose time is up, and tombstones whose grace is.
   for _, id in ipairs(redis.call('ZRANGEBYSCORE', P .. K.expiry, '-inf', now, 'LIMIT', 0, limit)) do
     local key = rk(id)
@@ -566,7 +610,10 @@ local function maintain(now, limit, max_recoveries, recovery_error)
   local repaired = repair(now, limit, note)
   local nt = redis.call('ZRANGE', P .. K.timers, 0, 0, 'WITHSCORES')
   local nl = redis.call('ZRANGE', P .. K.leases, 0, 0, 'WITHSCORES')
-  return fired, recovered, nt[2] or '', nl[2] or '', repaired, damage
+  -- a run's deadline is a timer too: the worker wakes for the earliest of them
+  local nd = redis.call('ZRANGE', P .. K.deadlines, 0, 0, 'WITHSCORES')
+  if nd[2] and (not nt[2] or tonumber(nd[2]) < tonumber(nt[2])) then nt = nd end
+  return fired + timed_out, recovered, nt[2] or '', nl[2] or '', repaired, damage
 end
 
 -- The first ready run of queue `q` this worker may take: of a flow in
@@ -643,6 +690,7 @@ local function take(owner, now, expiry, limit, queues, every, served)
       if st ~= 'running' then move(best, 'running') end
       if st == 'pending' then
         redis.call('HSET', key, 'started_at', now)
+        arm(best, now)
         emit(best, 'run.started', now, '', '')
         checkpoint(best, 'run_started', '', 'running', now)
       end

@@ -43,5 +43,7 @@ emit(id, 'run.resumed', ARGV[4], '', ARGV[5])
 if st == 'canceled' then restore_intents(id, ARGV[4]) end
 redis.call('DEL', P .. K.waits .. id)
 redis.call('ZREM', P .. K.timers, id)
+-- an ended run starts over with its whole timeout; a waiting one keeps its deadline
+if TERMINAL[st] then arm(id, ARGV[4]) end
 enqueue(id)
 return {1}

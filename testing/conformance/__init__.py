@@ -40,6 +40,7 @@ from testing.conformance._consume import ConsumeChecks  # noqa: E402
 from testing.conformance._decisions import DecisionChecks  # noqa: E402
 from testing.conformance._derive import DeriveChecks  # noqa: E402
 from testing.conformance._engine import EngineChecks  # noqa: E402
+from testing.conformance._events import EventChecks  # noqa: E402
 from testing.conformance._history import HistoryChecks  # noqa: E402
 from testing.conformance._ids import RunIdChecks  # noqa: E402
 from testing.conformance._journal import JournalChecks  # noqa: E402
@@ -49,6 +50,7 @@ from testing.conformance._outbox import OutboxChecks  # noqa: E402
 from testing.conformance._quarantine import QuarantineChecks  # noqa: E402
 from testing.conformance._retention import RetentionChecks  # noqa: E402
 from testing.conformance._runs import RunChecks  # noqa: E402
+from testing.conformance._timeouts import TimeoutChecks  # noqa: E402
 from testing.conformance._waits import WaitChecks  # noqa: E402
 from testing.conformance._workers import WorkerChecks  # noqa: E402
 
@@ -65,6 +67,7 @@ class StoreConformance(
     DecisionChecks,
     LifecycleChecks,
     RetentionChecks,
+    TimeoutChecks,
     DeriveChecks,
     HistoryChecks,
     OutboxChecks,
@@ -72,6 +75,7 @@ class StoreConformance(
     RunIdChecks,
     EngineChecks,
     WorkerChecks,
+    EventChecks,
 ):
     """Every check of the store protocol, for pytest to collect in a subclass.
 

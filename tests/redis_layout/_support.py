@@ -108,6 +108,7 @@ async def indexed(store: RedisStore, run_id: str) -> set[str]:
         ("expiry", k.expiry(0)),
         ("timers", k.base(0) + SUFFIX["timers"]),
         ("leases", k.base(0) + SUFFIX["leases"]),
+        ("deadlines", k.base(0) + SUFFIX["deadlines"]),
         ("queue", k.base(0) + SUFFIX["queue"] + "default"),
     ):
         if await store.client.zscore(key, run_id) is not None:

@@ -155,3 +155,30 @@ async def test_a_stray_expiry_entry_never_deletes_a_pending_or_failed_run(
 
     assert (await run_hash(store, "r1"))["status"] == status.value
     assert "expiry" not in await indexed(store, "r1")  # the stray entry is dropped
+
+
+async def test_a_started_run_with_a_timeout_is_due_in_the_deadline_index(
+    store: RedisStore,
+) -> None:
+    await store.create_run(new_run("r1", timeout=60.0))
+    assert "deadlines" not in await indexed(store, "r1")  # pending: not started yet
+
+    (claim,) = await store.claim(OWNER, None, 1, T0 + 5, TTL)
+
+    assert float((await run_hash(store, "r1"))["deadline"]) == T0 + 65
+    assert await store.client.zscore(store.keys.base(0) + "deadlines", "r1") == T0 + 65
+    await store.finish("r1", claim.run.fence, RunStatus.COMPLETED, T0 + 6, result="1")
+    assert "deadlines" not in await indexed(store, "r1")
+
+
+async def test_a_timed_out_run_is_off_every_index_but_its_status_and_runs(
+    store: RedisStore,
+) -> None:
+    await store.create_run(new_run("r1", timeout=60.0))
+    (claim,) = await store.claim(OWNER, None, 1, T0, TTL)
+    await store.suspend("r1", claim.run.fence, T0, T0 + 3600, RunStatus.WAITING_FOR_SIGNAL, [], [])
+
+    await store.tick(T0 + 60, 10, RECOVERY_ERROR)
+
+    assert await indexed(store, "r1") == {"failed", "runs"}
+    assert (await run_hash(store, "r1"))["reason"] == "timed_out"
