@@ -22,7 +22,7 @@ from typing import TypeVar
 
 import attrs
 
-from sdk import current_step, flow, sleep, step
+from sdk import current_step, flow, sleep, step, wait_for_event
 
 ROOT = Path(__file__).resolve().parent.parent  # the worker runs here: `tests.crashflows` imports
 STEADYFLOW = str(Path(sys.executable).with_name("steadyflow"))  # the installed console script
@@ -105,6 +105,29 @@ async def sleep_between_steps(markers: str, seconds: float) -> str:
 @flow
 async def one_step(markers: str, label: str) -> str:
     return await note(markers, label)
+
+
+@flow
+async def await_payment(markers: str, batch: str) -> object:
+    data = await wait_for_event("crash.payment", match={"batch": batch})
+    await note(markers, "paid")
+    return data
+
+
+#: A process that sends one event (argv: store URL, prefix, batch, event id), then
+#: exits; a test SIGKILLs it while its deliveries are under way.
+SENDER = """
+import asyncio, sys
+from sdk import Client
+from stores import open_store
+
+async def main() -> None:
+    store = open_store(sys.argv[1], prefix=sys.argv[2])
+    await Client(store).send_event("crash.payment", {"batch": sys.argv[3]}, event_id=sys.argv[4])
+    await store.close()
+
+asyncio.run(main())
+"""
 
 
 # -- worker processes ----------------------------------------------------------------------

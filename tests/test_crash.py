@@ -6,6 +6,9 @@ Redis under the test's own key prefix, with a 1 s lease.
 
 from __future__ import annotations
 
+import asyncio
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -15,7 +18,10 @@ from sdk import Client, RunStatus
 from sdk._journal import Record
 from stores.redis import RedisStore
 from tests.crashflows import (
+    ROOT,
+    SENDER,
     Workers,
+    await_payment,
     crash_mid_step,
     labelled,
     read_marks,
@@ -104,3 +110,45 @@ async def test_many_runs_survive_a_sigkill_and_each_step_is_recorded_once(
         assert labels.count("first") == labels.count("second") == labels.count("last") == 1
         assert labels.count("held") in (1, 2)  # 2 when the kill interrupted it
         assert len({m.key for m in labelled(tmp_path / f"m{i}", "held")}) == 1
+
+
+async def test_a_sender_killed_mid_send_loses_no_delivery_and_a_resend_duplicates_none(
+    workers: Workers, client: Client, tmp_path: Path
+) -> None:
+    runs = 300
+    worker = workers.spawn("--concurrency", "64")
+    markers = tmp_path / "markers"
+    handles = [
+        await client.start(await_payment, str(markers), "b1", run_id=f"pay-{i}")
+        for i in range(runs)
+    ]
+
+    async def all_waiting() -> bool:
+        waiting = await client.list_runs(status=RunStatus.WAITING_FOR_SIGNAL, limit=runs)
+        return len(waiting) == runs
+
+    await until(all_waiting, 60, "every run to wait for its event", worker)
+    sender = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", SENDER, workers.store_url, workers.prefix, "b1", "evt-1",
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        # SIGKILL it as soon as its first deliveries show (or once it is done)
+        await until(lambda: labelled(markers, "paid") or sender.returncode is not None,
+                    STARTUP, "the sender's first delivery", worker)  # fmt: skip
+        if sender.returncode is None:
+            sender.kill()
+    finally:
+        await sender.wait()
+
+    again = await client.send_event("crash.payment", {"batch": "b1"}, event_id="evt-1")
+    assert len(again) <= runs  # only what the killed send had not delivered
+    for h in handles:
+        assert await h.result(timeout=FINISH) == {"batch": "b1"}
+    paid = labelled(markers, "paid")
+    assert len(paid) == runs  # every run paid once, none twice
+    assert len({m.key for m in paid}) == runs
+    for h in handles[:: runs // 10]:  # and its log shows one delivery of the event
+        events = await client.events(h.run_id, limit=1000)
+        assert [e.type for e in events].count("event.delivered") == 1
+    assert await client.send_event("crash.payment", {"batch": "b1"}, event_id="evt-1") == []
