@@ -21,7 +21,15 @@ from sdk._clock import Clock, SystemClock
 from sdk._context import RunContext, StepContext, current_run, current_step
 from sdk._flowdef import flow
 from sdk._outbox import Intent, IntentStatus, channel, emit
-from sdk._primitives import now, sleep, sleep_until, uuid4, wait_for, wait_for_event
+from sdk._primitives import (
+    continue_as_new,
+    now,
+    sleep,
+    sleep_until,
+    uuid4,
+    wait_for,
+    wait_for_event,
+)
 from sdk._registry import Registry
 from sdk._retry import RetryPolicy
 from sdk._step import step
@@ -69,6 +77,7 @@ __all__ = [
     "Worker",
     "WorkerInfo",
     "channel",
+    "continue_as_new",
     "current_run",
     "current_step",
     "emit",

@@ -29,7 +29,7 @@ import contextvars
 import logging
 import uuid
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from sdk import _ending, _steprun, _waits
 from sdk._aio import FlowLoop, FlowTask, interested
@@ -77,6 +77,16 @@ class _Evicted(BaseException):
         super().__init__("this activation of the run ended (it parked, finished or stopped)")
 
 
+class _ContinueAsNew(BaseException):
+    """Unwinds a flow that called `continue_as_new`: like `_Evicted`, nothing the
+    unwinding calls runs; the activation then ends the generation (`sdk._ending`)."""
+
+    def __init__(self, token: object) -> None:
+        if token is not _TOKEN:
+            raise TypeError("the continue-as-new signal is raised by Steadyflow only")
+        super().__init__("the flow continues as new (this generation of the run ended)")
+
+
 class _DurableTimer(asyncio.TimerHandle):
     op: TimerOp
 
@@ -111,6 +121,9 @@ class Activation:
         self._lineage_raw = lineage or {}  # a replay's or fork's reusable results
         self.has_lineage = bool(self._lineage_raw)
         self.key_root = stored.root_run_id or self.run_id
+        if stored.generation:  # idempotency keys differ between generations
+            self.key_root += f"~g{stored.generation}"
+        self.continuing: str | None = None  # the next generation's arguments (JSON)
         self.retry_override = RetryPolicy.from_json(stored.retry) if stored.retry else None
         self.discarding = False
         self.abandoned = False
@@ -183,9 +196,18 @@ class Activation:
         key, pos = self.cursor.alloc("~uuid4")
         return self._await(UuidOp(key, pos, make=lambda: str(uuid.uuid4())))
 
+    async def continue_as_new(self, args: str) -> NoReturn:
+        if self.discarding or self.abandoned:
+            raise _Evicted(_TOKEN)
+        if self.continuing is None:
+            self.continuing = args  # the first call wins (one under gather, say)
+        raise _ContinueAsNew(_TOKEN)
+
     async def _await(self, op: Op) -> Any:
         if self.discarding or self.abandoned:
             raise _Evicted(_TOKEN)
+        if self.continuing is not None:
+            raise _ContinueAsNew(_TOKEN)
         cursor = self.cursor
         cursor.check(op)
         rec = op.delivery
@@ -255,6 +277,9 @@ class Activation:
                 await self.settle()
                 err = cursor.fatal
                 await _ending.fail(self, type(err), str(err), err.called, Reason.NON_DETERMINISM)
+                return
+            if self.continuing is not None:
+                await _ending.continue_as_new(self)
                 return
             if self.main.done():
                 await _ending.conclude(self)

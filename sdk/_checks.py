@@ -28,6 +28,7 @@ __all__ = [
     "check_id",
     "check_int",
     "check_name",
+    "check_new_run_id",
     "check_optional_id",
     "check_options",
     "check_seconds",
@@ -110,6 +111,21 @@ def check_name(value: Any, what: str) -> str:
     if name.startswith("~"):
         raise InvalidArgument(f"{what} must not start with '~' (reserved): {show(name)}")
     return name
+
+
+_ARCHIVED = re.compile(r"~g[0-9]+$")
+
+
+def check_new_run_id(value: Any, what: str) -> str:
+    """The id of a run to create: an id that does not end in ``~g<n>`` (the ids of
+    the generations a `continue_as_new` run archives)."""
+    run_id = check_id(value, what)
+    if _ARCHIVED.search(run_id):
+        raise InvalidArgument(
+            f"{what} must not end in '~g<number>' (reserved for archived generations of "
+            f"continue_as_new): {show(run_id)}"
+        )
+    return run_id
 
 
 def check_optional_id(value: Any, what: str) -> str | None:

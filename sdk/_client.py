@@ -20,6 +20,7 @@ from sdk._checks import (
     check_id,
     check_int,
     check_name,
+    check_new_run_id,
     check_optional_id,
     check_options,
     check_status,
@@ -124,7 +125,7 @@ class Client(History, Lineages, EventSending):
         ``run.created`` event's data (e.g. the event that started it)."""
         fd = self._flow_def(flow)
         name = fd.name if isinstance(fd, FlowDef) else fd
-        run_id = check_id(run_id if run_id is not None else str(uuid.uuid4()), "run_id")
+        run_id = check_new_run_id(run_id if run_id is not None else str(uuid.uuid4()), "run_id")
         check_int(priority, "priority", PRIORITY_RANGE)
         q = queue if queue is not None else (fd.queue if isinstance(fd, FlowDef) else "default")
         check_id(q, "queue")
@@ -275,7 +276,9 @@ class Client(History, Lineages, EventSending):
     async def cancel(self, run_id: str, *, reason: str, actor: str | None = None) -> None:
         """Cancel a run that has not ended. A terminal run raises `InvalidTransition`.
 
-        A step already executing finishes, but its result is not recorded.
+        A step already executing is interrupted at its worker's next heartbeat
+        (within about `lease_ttl / 3`): its task gets `asyncio.CancelledError`,
+        nothing of it is recorded, and the worker's slot is free again.
         """
         check_id(run_id, "run_id")
         check_text(reason, "cancel(): reason")

@@ -15,7 +15,7 @@ from sdk._flowdef import FlowDef
 from sdk._registry import Registry, flow_def_of
 from sdk._runs import raise_refused, run_record, utc
 from sdk._serde import dumps
-from sdk._types import EventType, RunRecord, RunStatus, WorkerInfo
+from sdk._types import EventType, Reason, RunRecord, RunStatus, WorkerInfo
 from sdk._values import Serializer
 from sdk.errors import (
     CorruptRecord,
@@ -84,20 +84,25 @@ class RunHandle:
         began = loop.time()
         deadline = None if timeout is None else began + timeout
         warned = False
+        run_id = self.run_id
         while True:
-            stored = await store.get_run(self.run_id)
+            stored = await store.get_run(run_id)
             if stored is None:
                 # deleted on success: its tombstone holds the result for a while
-                stored = await store.get_tombstone(self.run_id)
+                stored = await store.get_tombstone(run_id)
             if stored is None:
-                raise RunNotFound(self.run_id)
+                raise RunNotFound(run_id)
             if stored.status.is_terminal:
+                if stored.reason == Reason.CONTINUED_AS_NEW and "~g" in run_id:
+                    # an archived generation ("<run id>~g<n>"): the result is the run's
+                    run_id = run_id.rpartition("~g")[0]
+                    continue
                 return self._client._outcome(stored)
             wait = 5.0 if deadline is None else deadline - loop.time()
             if wait <= 0:
                 hint = await self._client._unserved(stored)
                 raise TimeoutError(
-                    f"run {self.run_id!r} is still {stored.status.value} after {timeout}s"
+                    f"run {run_id!r} is still {stored.status.value} after {timeout}s"
                     + (f": {hint}" if hint else "")
                 )
             if (
@@ -108,8 +113,8 @@ class RunHandle:
                 warned = True  # once: pending for a while may just be a busy deployment
                 hint = await self._client._unserved(stored)
                 if hint:
-                    log.warning("run %s is still pending: %s", self.run_id, hint)
-            await store.wait_finished(self.run_id, min(wait, 5.0))
+                    log.warning("run %s is still pending: %s", run_id, hint)
+            await store.wait_finished(run_id, min(wait, 5.0))
 
 
 class ClientBase:

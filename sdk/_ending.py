@@ -25,7 +25,7 @@ from stores.protocol import CorruptData, Parked, Refusal, Refused
 if TYPE_CHECKING:
     from sdk._activation import Activation
 
-__all__ = ["conclude", "fail", "park", "report"]
+__all__ = ["conclude", "continue_as_new", "fail", "park", "report"]
 
 log = logging.getLogger("steadyflow.worker")
 
@@ -72,6 +72,31 @@ async def conclude(act: Activation) -> None:
             result_type=tpath, retention=flow.retention, delete_until=grace,
         ),
         "completed",
+    )  # fmt: skip
+
+
+async def continue_as_new(act: Activation) -> None:
+    """The flow called `continue_as_new`: end this generation, start the next."""
+    args = act.continuing
+    assert args is not None
+    await act.settle()  # background steps are cut off, as when the flow returns
+    if act.abandoned:
+        return
+    unreached = act.cursor.unreached()
+    if unreached is not None:  # the journal holds calls after this point: code changed
+        err = NonDeterminismError(act.run_id, unreached.pos, unreached.key, "~continue_as_new")
+        await fail(act, type(err), str(err), None, Reason.NON_DETERMINISM)
+        return
+    run_id, gen = act.run_id, act.stored.generation
+    archived = f"{run_id}~g{gen}"
+    await _end(
+        act,
+        act.store.continue_as_new(
+            run_id, act.fence, act.clock.time(), args,
+            dumps({"generation": gen + 1, "archived_as": archived}),
+            dumps({"generation": gen, "continued_as": run_id}),
+        ),
+        "continued-as-new",
     )  # fmt: skip
 
 

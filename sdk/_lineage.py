@@ -10,6 +10,7 @@ from sdk._checks import (
     PRIORITY_RANGE,
     check_id,
     check_int,
+    check_new_run_id,
     check_optional_id,
     check_options,
     show,
@@ -170,7 +171,7 @@ class Lineages(ClientBase):
         rec = run_record(run)
         retry = options.get("retry")
         versions = options.get("versions", rec.versions)
-        new_id = check_id(new_run_id or str(uuid.uuid4()), "new_run_id")
+        new_id = check_new_run_id(new_run_id or str(uuid.uuid4()), "new_run_id")
         priority = options.get("priority", rec.priority)
         queue = options.get("queue", rec.queue)
         fd = self.registry.find_flow(flow)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import uuid as _uuid
 from collections.abc import Collection, Coroutine, Mapping
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from sdk._checks import check_id, check_name
 from sdk._clock import seconds
@@ -21,7 +21,7 @@ from sdk.errors import InvalidArgument, NotInRunError
 if TYPE_CHECKING:
     from sdk._activation import Activation
 
-__all__ = ["now", "sleep", "sleep_until", "uuid4", "wait_for", "wait_for_event"]
+__all__ = ["continue_as_new", "now", "sleep", "sleep_until", "uuid4", "wait_for", "wait_for_event"]
 
 
 def _activation(what: str) -> Activation:
@@ -141,3 +141,33 @@ def now() -> Coroutine[Any, Any, datetime]:
 def uuid4() -> Coroutine[Any, Any, _uuid.UUID]:
     """A random UUID, recorded once: a replay sees the same value."""
     return _activation("uuid4()").uuid4()
+
+
+def continue_as_new(*args: Any, **kwargs: Any) -> Coroutine[Any, Any, NoReturn]:
+    """End this run's journal and go on as the same run, with new arguments.
+
+    The flow function starts again from the top with `args` and `kwargs` (checked
+    and encoded as `Client.start` does) and an empty journal, so a flow that
+    loops for months keeps a bounded journal. The run keeps its id: `Client.get`,
+    `RunHandle.result` and `Client.signal` reach the newest generation, and
+    signals not consumed yet stay in its mailboxes. The generation that ended is
+    kept as the completed run ``f"{run_id}~g{n}"`` (n = 0, 1, ...; reason
+    ``continued_as_new``), with its journal, checkpoints and arguments; the run's
+    event log shows each ``run.continued_as_new``.
+
+    The await never returns: the flow is unwound (``finally`` blocks run, but call
+    no step or wait) and the next generation is written in one atomic step. A
+    crash before that write replays the flow to the same call.
+
+    Example::
+
+        @flow
+        async def poller(cursor: int = 0) -> None:
+            for _ in range(100):
+                cursor = await fetch_and_handle(cursor)
+                await sleep(60)
+            await continue_as_new(cursor)
+    """
+    act = _activation("continue_as_new()")
+    text = act.flow.encode_args(args, kwargs, act.serializer)
+    return act.continue_as_new(text)

@@ -59,6 +59,9 @@ class Reason(enum.StrEnum):
     TIMED_OUT = "timed_out"
     """The run had not finished when its ``@flow(timeout=...)`` ran out (counted
     from its start); a worker's tick failed it, wherever it was."""
+    CONTINUED_AS_NEW = "continued_as_new"
+    """Not a failure: the reason of a *completed* archived generation
+    ``f"{run_id}~g{n}"`` of a run whose flow called `continue_as_new`."""
 
     def __str__(self) -> str:
         return self.value

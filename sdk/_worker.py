@@ -130,6 +130,9 @@ class Worker:
             registry=self.registry,
         )
         self._inflight: dict[str, tuple[asyncio.Task[None], Activation]] = {}
+        # runs whose activation was interrupted because the heartbeat found the
+        # lease lost (canceled, or taken over): nothing to hand back for them
+        self._lost: set[str] = set()
         self._channels = None if channels is None else [self._resolve_channel(c) for c in channels]
         self.dispatcher = Dispatcher(
             store, self.clock, self._served_channels,
@@ -251,6 +254,7 @@ class Worker:
 
     def _done(self, run_id: str, _task: object = None) -> None:
         self._inflight.pop(run_id, None)
+        self._lost.discard(run_id)
         self._slot_freed.set()
 
     async def _unknown_flow(self, claim: Claim) -> None:
@@ -264,6 +268,8 @@ class Worker:
         try:
             await act.execute()
         except asyncio.CancelledError:
+            if act.run_id in self._lost:  # by the heartbeat: the run is no longer ours
+                raise
             # Interrupted by stop(): hand the run back so another worker continues it.
             with contextlib.suppress(Exception):
                 await asyncio.shield(act.release_on_cancel())
@@ -314,6 +320,7 @@ class Worker:
             for run_id, (_, act) in self._inflight.items()
             if act is not None and not act.crashed
         ]
+        fences = dict(leases)
         try:
             await self.dispatcher.renew(expiry)
             if not leases:
@@ -324,11 +331,20 @@ class Worker:
             return
         for run_id in lost:
             entry = self._inflight.get(run_id)
-            if entry is not None and entry[1] is not None and not entry[1].suspending:
-                log.warning(
-                    "run %s: lease lost (taken over or canceled); its writes will be refused",
-                    run_id,
-                )
+            if entry is None or entry[1] is None or entry[1].fence != fences.get(run_id):
+                continue  # ended meanwhile (perhaps claimed again, with a new fence)
+            if entry[1].suspending:
+                continue  # parking or ending: its own writes say how it went
+            # A cancel bumps the fence, and so does a takeover: every write of this
+            # activation would be refused, so interrupt it now (the step executing
+            # gets CancelledError and records nothing) and free its slot, rather
+            # than let a step run on for nothing.
+            log.warning(
+                "run %s: lease lost (canceled or taken over); interrupting its activation",
+                run_id,
+            )
+            self._lost.add(run_id)
+            entry[0].cancel()
 
     # -- loops -----------------------------------------------------------------------
 

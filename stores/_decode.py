@@ -98,6 +98,7 @@ def stored_run(run_id: str, h: dict[str, str], key: str = "") -> StoredRun:
             root_run_id=_opt(h.get("root_run_id")),
             retry=_opt(h.get("retry")),
             format_version=int(h.get("v", 1)),
+            generation=int(h.get("gen") or 0),
         )
     except (KeyError, ValueError):
         return damaged_run(run_id, h, key)
@@ -144,7 +145,7 @@ def strict_int(text: str) -> int:
 
 _REQUIRED = ("flow", "status", "created_at", "queue", "priority", "args")
 _FLOATS = {"created_at", "started_at", "finished_at"}
-_INTS = {"priority", "fence", "recoveries", "cp_n", "resume_from_checkpoint_id", "v"}
+_INTS = {"priority", "fence", "recoveries", "cp_n", "resume_from_checkpoint_id", "v", "gen"}
 
 
 def damaged_run(run_id: str, h: dict[str, str], key: str, what: str | None = None) -> StoredRun:
@@ -210,6 +211,7 @@ def damaged_run(run_id: str, h: dict[str, str], key: str, what: str | None = Non
         root_run_id=_opt(fields.get("root_run_id")),
         retry=_opt(fields.get("retry")),
         format_version=fields.get("v", 1),
+        generation=fields.get("gen", 0),
         damage=f"{key}: {'; '.join(problems)}" if problems else None,
     )
 
@@ -219,7 +221,7 @@ _FIELDS = (
     "fence", "flow_version", "tenant_id", "started_at", "finished_at", "current_step",
     "result", "result_type", "error", "reason", "recoveries", "thread_id", "trace_id",
     "environment", "versions", "policy_snapshot_id", "cp_n", "resume_from_checkpoint_id",
-    "source_run_id", "source_checkpoint_id", "root_run_id", "retry", "v",
+    "source_run_id", "source_checkpoint_id", "root_run_id", "retry", "v", "gen",
 )  # fmt: skip
 
 

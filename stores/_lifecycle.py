@@ -126,6 +126,10 @@ class EventType(enum.StrEnum):
     """Canceling the run canceled a pending intent."""
     OUTBOX_RESTORED = "outbox.restored"
     """Resuming a canceled run made a canceled intent pending again."""
+    RUN_CONTINUED_AS_NEW = "run.continued_as_new"
+    """The flow called ``continue_as_new``: a generation ended and the next began
+    (data: generation, archived_as, continued_as). In the run's log and, as its last
+    event, in the archived generation's (see `Store.continue_as_new`)."""
 
     def __str__(self) -> str:
         return self.value

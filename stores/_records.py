@@ -161,6 +161,7 @@ class StoredRun:
     root_run_id: str | None = None
     retry: str | None = None  # JSON
     format_version: int = 1
+    generation: int = 0  # how many times the run continued as new (`Store.continue_as_new`)
     damage: str | None = None
     """What of the stored record could not be read ("<key>: <what>; ..."), None
     when all of it could: the fields it names hold their defaults here, and a

@@ -301,6 +301,20 @@ class Store(HistoryReads, OutboxStore, WorkerRegistry, EventStore, Protocol):
         forbids it; `Refusal.FENCED` when fenced out, so also when repeated."""
         ...
 
+    async def continue_as_new(
+        self, run_id: str, fence: int, now: float, args: str, event_data: str, archive_data: str
+    ) -> Refused | None:
+        """End the run's current generation and start its next, atomically.
+
+        Generation n (`StoredRun.generation`) is archived as the finished run
+        ``f"{run_id}~g{n}"`` (status completed, reason ``continued_as_new``; its
+        journal, checkpoints and lineage move there, its log gets one event with
+        `archive_data`). The run keeps its id, mailboxes, dedup ids and event log
+        (an event with `event_data`), and goes on running from an empty journal
+        with `args` and generation n + 1, queued again. `Refusal.FENCED` when
+        fenced out, so also when repeated."""
+        ...
+
     async def release(self, run_id: str, fence: int) -> None:
         """Give a claimed run back to its queue (worker shutdown), with a new
         fencing token; nothing when fenced out (so also when repeated)."""

@@ -406,6 +406,21 @@ class RedisStore(Reads, Control, Outbox, Workers, Events):
             _decode.corrupt(run_id, reply)  # an activation's write: raised, not refused
         return _codec.refused(reply)
 
+    async def continue_as_new(
+        self, run_id: str, fence: int, now: float, args: str, event_data: str, archive_data: str
+    ) -> Refused | None:
+        k = self.keys
+        reply = await self._call(
+            "continue",
+            [k.run(run_id), k.journal(run_id)],
+            [k.base_of(run_id), run_id, str(fence), num(now), args, event_data, archive_data],
+        )
+        if reply == -1:
+            return Refused(Refusal.FENCED)
+        if isinstance(reply, list) and reply[1] == "corrupt":
+            _decode.corrupt(run_id, reply)  # an activation's write: raised, not refused
+        return _codec.refused(reply)
+
     async def release(self, run_id: str, fence: int) -> None:
         k = self.keys
         reply = await self._call(

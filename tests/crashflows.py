@@ -95,6 +95,26 @@ async def crash_mid_step(markers: str, release: str) -> list[str]:
     return [first, second, held, last]
 
 
+@step
+async def hold_until_canceled(markers: str, release: str) -> str:
+    """Like `hold`, but marks ``interrupted`` when its task is cancelled."""
+    _mark(markers, "holding")
+    try:
+        while not _released(release):  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+    except asyncio.CancelledError:
+        _mark(markers, "interrupted")
+        raise
+    _mark(markers, "finished")
+    return "held"
+
+
+@flow
+async def cancel_mid_step(markers: str, release: str) -> str:
+    await hold_until_canceled(markers, release)
+    return await note(markers, "after")
+
+
 @flow
 async def sleep_between_steps(markers: str, seconds: float) -> str:
     await note(markers, "before")

@@ -325,3 +325,10 @@ async def test_names_starting_with_a_tilde_are_reserved() -> None:
         handle = await env.start(waiter)
         with pytest.raises(InvalidArgument, match="signal name must not start with '~'"):
             await env.client.signal(handle.run_id, "~event:abc", 1)
+
+
+async def test_run_ids_of_archived_generations_are_reserved() -> None:
+    async with FlowTestEnv(registry=REGISTRY) as env:
+        with pytest.raises(InvalidArgument, match=r"run_id must not end in '~g<number>'"):
+            await env.client.start(waiter, run_id="loop~g3")
+        await env.client.start(waiter, run_id="loop~gx")  # only a number is reserved

@@ -27,3 +27,10 @@ async def test_the_events_matched_by_a_key_snippets_run() -> None:
     namespace: dict[str, Any] = {"__name__": "docs_composition_events"}
     exec(compile(section_code("Events matched by a key"), str(PAGE), "exec"), namespace)
     await namespace["main"]()
+
+
+@pytest.mark.xdist_group("docs-composition")
+async def test_the_continue_as_new_snippets_run() -> None:
+    namespace: dict[str, Any] = {"__name__": "docs_composition_continue"}
+    exec(compile(section_code("Continue-as-new"), str(PAGE), "exec"), namespace)
+    await namespace["main"]()

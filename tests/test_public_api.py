@@ -27,6 +27,8 @@ DOCUMENTED_SDK = {
     "WorkerInfo",
     # docs/composition.md "Events matched by a key" (issue 9)
     "wait_for_event",
+    # docs/composition.md "Continue-as-new" (issue 9)
+    "continue_as_new",
 }  # fmt: skip
 
 

@@ -37,6 +37,7 @@ if _absent:  # an ImportError, as for any optional dependency
 
 from testing.conformance._claims import ClaimChecks  # noqa: E402
 from testing.conformance._consume import ConsumeChecks  # noqa: E402
+from testing.conformance._continue import ContinueChecks  # noqa: E402
 from testing.conformance._decisions import DecisionChecks  # noqa: E402
 from testing.conformance._derive import DeriveChecks  # noqa: E402
 from testing.conformance._engine import EngineChecks  # noqa: E402
@@ -76,6 +77,7 @@ class StoreConformance(
     EngineChecks,
     WorkerChecks,
     EventChecks,
+    ContinueChecks,
 ):
     """Every check of the store protocol, for pytest to collect in a subclass.
 
