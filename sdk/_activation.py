@@ -15,7 +15,7 @@ then works out what comes next and delivers it in the next round:
 - **Waits** complete one at a time, and only while the flow still waits for
   them (`sdk._waits`); with nothing else to do, the run parks (`sdk._ending`).
 - **Discard.** Whenever the activation ends (parked, finished, crashed, lease
-  lost), the flow's remaining tasks are unwound with `_Evicted`, a
+  lost), the flow's remaining tasks are unwound with `_Evicted` (`sdk._calls`), a
   `BaseException`: ``finally`` blocks and ``__aexit__`` run, but every call
   they make to a step, a wait or a timer raises `_Evicted` at once, so the
   unwinding runs no step and writes nothing. They run for real when a later
@@ -27,26 +27,23 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-import uuid
-from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any, NoReturn
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any
 
 from sdk import _ending, _steprun, _waits
 from sdk._aio import FlowLoop, FlowTask, interested
+from sdk._calls import FlowCalls, evicted
 from sdk._context import RunContext, _run_var
 from sdk._cursor import ReplayCursor
 from sdk._engine import Engine
 from sdk._intercept import Abandon
 from sdk._journal import Journal, Kind, Record, State
 from sdk._ops import (
-    EventWaitOp,
-    NowOp,
     Op,
     Outcome,
     SleepOp,
     StepOp,
     TimerOp,
-    UuidOp,
     ValueOp,
     WaitOp,
 )
@@ -54,44 +51,17 @@ from sdk._retry import RetryPolicy
 from sdk._types import Reason
 from sdk._writes import Stop, Writes
 from sdk.errors import LeaseLost
-from stores.protocol import EventWatch, Mailbox, StoredRun
+from stores.protocol import Mailbox, StoredRun
 
 if TYPE_CHECKING:
     from sdk._flowdef import FlowDef
-    from sdk._step import StepSpec
 
 __all__ = ["Activation"]
 
 log = logging.getLogger("steadyflow.worker")
 
-_TOKEN = object()
 
-
-class _Evicted(BaseException):
-    """Unwinds a flow whose activation ended. A BaseException, so ``except
-    Exception`` cannot swallow it; only the engine can construct it."""
-
-    def __init__(self, token: object) -> None:
-        if token is not _TOKEN:
-            raise TypeError("the eviction signal is raised by Steadyflow only")
-        super().__init__("this activation of the run ended (it parked, finished or stopped)")
-
-
-class _ContinueAsNew(BaseException):
-    """Unwinds a flow that called `continue_as_new`: like `_Evicted`, nothing the
-    unwinding calls runs; the activation then ends the generation (`sdk._ending`)."""
-
-    def __init__(self, token: object) -> None:
-        if token is not _TOKEN:
-            raise TypeError("the continue-as-new signal is raised by Steadyflow only")
-        super().__init__("the flow continues as new (this generation of the run ended)")
-
-
-class _DurableTimer(asyncio.TimerHandle):
-    op: TimerOp
-
-
-class Activation:
+class Activation(FlowCalls):
     """Executes one claimed run until it parks, ends, or stops."""
 
     def __init__(
@@ -157,97 +127,6 @@ class Activation:
     @property
     def suspending(self) -> bool:
         return self.parking or self.discarding
-
-    # -- the flow's side: calls get a key and a position when they are made ---------
-
-    def step_call(
-        self, spec: StepSpec, fn: Callable[..., Any], args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-    ) -> Coroutine[Any, Any, Any]:  # fmt: skip
-        self.cursor.check_step(spec)
-        key, pos = self.cursor.alloc(spec.name)
-        return self._await(StepOp(key, pos, spec=spec, fn=fn, args=args, kwargs=kwargs))
-
-    def wait(
-        self, name: str, timeout: float | None, human: bool, approvers: tuple[str, ...] | None
-    ) -> Coroutine[Any, Any, Any]:
-        key, pos = self.cursor.alloc(f"~wait:{name}")
-        op = WaitOp(key, pos, name=name, human=human, approvers=approvers, timeout=timeout)
-        return self._await(op)
-
-    def wait_event(
-        self, name: str, watch: EventWatch, timeout: float | None
-    ) -> Coroutine[Any, Any, Any]:
-        key, pos = self.cursor.alloc(f"~event:{name}")
-        op = EventWaitOp(
-            key, pos, name=name, human=False, approvers=None, timeout=timeout, watch=watch
-        )
-        return self._await(op)
-
-    def sleep_until(self, until: float | None, duration: float | None) -> Coroutine[Any, Any, Any]:
-        key, pos = self.cursor.alloc("~sleep")
-        return self._await(SleepOp(key, pos, until=until, duration=duration))
-
-    def now(self) -> Coroutine[Any, Any, Any]:
-        key, pos = self.cursor.alloc("~now")
-        return self._await(NowOp(key, pos, make=lambda: self.clock.now().isoformat()))
-
-    def uuid4(self) -> Coroutine[Any, Any, Any]:
-        key, pos = self.cursor.alloc("~uuid4")
-        return self._await(UuidOp(key, pos, make=lambda: str(uuid.uuid4())))
-
-    async def continue_as_new(self, args: str) -> NoReturn:
-        if self.discarding or self.abandoned:
-            raise _Evicted(_TOKEN)
-        if self.continuing is None:
-            self.continuing = args  # the first call wins (one under gather, say)
-        raise _ContinueAsNew(_TOKEN)
-
-    async def _await(self, op: Op) -> Any:
-        if self.discarding or self.abandoned:
-            raise _Evicted(_TOKEN)
-        if self.continuing is not None:
-            raise _ContinueAsNew(_TOKEN)
-        cursor = self.cursor
-        cursor.check(op)
-        rec = op.delivery
-        if rec is not None and self.loop.quiet() and cursor.take_alone(rec):
-            # Replaying a round that delivers this call alone, and no other flow
-            # code is ready to run first: the driver would deliver it next anyway.
-            op.done = True
-            return op.replayed(rec, self.serializer)
-        op.owner = asyncio.current_task(self.loop)
-        op.fut = self.loop.create_future()
-        cursor.file(op)
-        return await op.fut
-
-    # -- the flow loop's timers (asyncio.sleep, asyncio.timeout...) -------------------
-
-    def time(self) -> float:
-        return self.clock.time()
-
-    def timer(
-        self,
-        loop: FlowLoop,
-        when: float,
-        callback: Callable[..., object],
-        args: tuple[Any, ...],
-        context: contextvars.Context | None,
-    ) -> asyncio.TimerHandle:
-        if self.discarding or self.abandoned:
-            raise _Evicted(_TOKEN)
-        key, pos = self.cursor.alloc("~timer")
-        handle = _DurableTimer(when, callback, args, loop, context)
-        handle._scheduled = True  # type: ignore[attr-defined]  # cancel() tells the loop
-        op = handle.op = TimerOp(key, pos, handle=handle, owner=asyncio.current_task())
-        self.cursor.admit(op)
-        return handle
-
-    def timer_cancelled(self, handle: asyncio.TimerHandle) -> None:
-        op = getattr(handle, "op", None)
-        if isinstance(op, TimerOp) and not op.done:
-            op.done = True  # withdrawn: it fires on no replay either
-            self.waiting.pop(op.pos, None)
 
     # -- driving ------------------------------------------------------------------
 
@@ -499,7 +378,7 @@ class Activation:
             coro.close()
         self._queued.clear()
         self.discarding = True
-        left = self.loop.unwind(lambda: _Evicted(_TOKEN))
+        left = self.loop.unwind(evicted)
         if left:
             log.warning(
                 "run %s: %d task(s) of the flow would not unwind (they catch BaseException)",
