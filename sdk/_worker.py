@@ -21,6 +21,7 @@ from sdk._clock import Clock, SystemClock
 from sdk._dispatch import Dispatcher
 from sdk._engine import Engine
 from sdk._flowdef import FlowDef
+from sdk._heartbeat import Heartbeat
 from sdk._intercept import Interceptor
 from sdk._outbox import ChannelDef
 from sdk._registry import Registry, channel_def_of, flow_def_of
@@ -29,7 +30,7 @@ from sdk._serde import dumps
 from sdk._types import ErrorInfo, Reason
 from sdk._values import Serializer
 from sdk.errors import InvalidArgument
-from stores.protocol import CorruptData, Damaged, WorkerBeat
+from stores.protocol import CorruptData, Damaged
 
 if TYPE_CHECKING:
     from stores.protocol import Claim, Store
@@ -41,7 +42,7 @@ log = logging.getLogger("steadyflow.worker")
 _MAX_IDLE = 5.0  # longest a worker blocks without looking at timers and leases
 
 
-class Worker:
+class Worker(Heartbeat):
     """Executes runs. Run as many as you like against one store.
 
     Args:
@@ -284,67 +285,6 @@ class Worker:
             await _quarantine.fail(
                 self.store, self.clock, Damaged(act.run_id, error.key, error.detail, act.fence)
             )
-
-    # -- heartbeat -------------------------------------------------------------------
-
-    def _beat(self) -> WorkerBeat:
-        now = self.clock.time()
-        return WorkerBeat(
-            worker_id=self.owner, host=socket.gethostname(), pid=os.getpid(),
-            flows=tuple(sorted(self._served())),
-            queues=None if self.queues is None else tuple(self.queues),
-            concurrency=self.concurrency, in_flight=len(self._inflight),
-            started_at=self._started_at, beat_at=now, expires_at=now + self.lease_ttl,
-        )  # fmt: skip
-
-    async def _register(self) -> None:
-        """Tell the store this worker is alive and what it serves (clients look)."""
-        try:
-            await self.store.beat(self._beat())
-        except Exception:
-            log.exception("worker heartbeat failed; will try again")
-
-    async def _heartbeat(self, register: bool = False) -> None:
-        interval = max(self.lease_ttl / 3, 0.05)
-        while True:
-            await asyncio.sleep(interval)
-            await self._renew_leases()
-            if register:  # after the leases: they are what a late heartbeat costs
-                await self._register()
-
-    async def _renew_leases(self, now: float | None = None) -> None:
-        """Extend the leases held here to a TTL after `now` (default: the clock's now)."""
-        expiry = (self.clock.time() if now is None else now) + self.lease_ttl
-        leases = [
-            (run_id, act.fence)
-            for run_id, (_, act) in self._inflight.items()
-            if act is not None and not act.crashed
-        ]
-        fences = dict(leases)
-        try:
-            await self.dispatcher.renew(expiry)
-            if not leases:
-                return
-            lost = await self.store.renew(leases, expiry)
-        except Exception:
-            log.exception("lease heartbeat failed; will try again")
-            return
-        for run_id in lost:
-            entry = self._inflight.get(run_id)
-            if entry is None or entry[1] is None or entry[1].fence != fences.get(run_id):
-                continue  # ended meanwhile (perhaps claimed again, with a new fence)
-            if entry[1].suspending:
-                continue  # parking or ending: its own writes say how it went
-            # A cancel bumps the fence, and so does a takeover: every write of this
-            # activation would be refused, so interrupt it now (the step executing
-            # gets CancelledError and records nothing) and free its slot, rather
-            # than let a step run on for nothing.
-            log.warning(
-                "run %s: lease lost (canceled or taken over); interrupting its activation",
-                run_id,
-            )
-            self._lost.add(run_id)
-            entry[0].cancel()
 
     # -- loops -----------------------------------------------------------------------
 
