@@ -242,6 +242,7 @@ class Worker(Heartbeat):
                 self.engine, claim.run, journal, fd, claim.mail, claim.lineage,
             )  # fmt: skip
             task = asyncio.create_task(self._execute(act))
+        self._lost.discard(run_id)  # a new activation: whatever befell an earlier one
         self._inflight[run_id] = (task, act)  # type: ignore[assignment]
         task.add_done_callback(functools.partial(self._done, run_id))
 
@@ -253,9 +254,15 @@ class Worker(Heartbeat):
         self._inflight[damaged.run_id] = (task, None)  # type: ignore[assignment]
         task.add_done_callback(functools.partial(self._done, damaged.run_id))
 
-    def _done(self, run_id: str, _task: object = None) -> None:
-        self._inflight.pop(run_id, None)
-        self._lost.discard(run_id)
+    def _done(self, run_id: str, task: asyncio.Task[None]) -> None:
+        # Only if it is still the run's current task: a run re-queued as its
+        # activation ends (continue_as_new, a wake-up that was already there) can
+        # be claimed again before that activation's task is done, and the new
+        # activation must stay tracked (its lease renewed, its slot counted).
+        entry = self._inflight.get(run_id)
+        if entry is not None and entry[0] is task:
+            del self._inflight[run_id]
+            self._lost.discard(run_id)
         self._slot_freed.set()
 
     async def _unknown_flow(self, claim: Claim) -> None:

@@ -263,3 +263,29 @@ async def test_archived_generations_are_deleted_after_the_flow_retention() -> No
         await env.run_until_idle()
         assert await env.store.get_run("kept~g0") is None
         assert await env.store.get_run("kept~g1") is None
+
+
+async def test_a_run_claimed_again_before_its_last_activation_ended_stays_tracked(
+    store: RedisStore,
+) -> None:
+    # A continue re-queues the run before its activation's task is done: a poll
+    # in between (another run finishing, on a busy worker) claims the next
+    # generation. The old task's end used to untrack the new activation: its
+    # lease was no longer renewed, its slot not counted, and run_until_idle
+    # could return with it still running. Here the poll is made to fall there.
+    async with FlowTestEnv(store=store) as env:
+        tracked: list[bool] = []
+        continue_as_new_call = env.store.continue_as_new
+
+        async def continue_then_poll(run_id: str, *args: Any, **kwargs: Any) -> Any:
+            tracked.append(run_id in env.worker._inflight)  # its activation is running
+            done = await continue_as_new_call(run_id, *args, **kwargs)
+            await env.worker._poll()  # claims the next generation at once
+            return done
+
+        env.store.continue_as_new = continue_then_poll  # type: ignore[method-assign]
+        handle = await env.start(counter, 0, until=4, run_id="reclaimed")
+        await env.run_until_idle()
+        assert await handle.result(timeout=2) == 0 + 1 + 2 + 3 + 4000
+        assert tracked == [True] * 3  # one per continue (generations 0 to 2)
+        assert not env.worker._inflight
