@@ -16,6 +16,7 @@ from datetime import timedelta
 from typing import Any
 
 from sdk._clock import seconds
+from sdk._limits import short
 from sdk._types import RunOptions, RunStatus, Versions
 from sdk.errors import InvalidArgument
 
@@ -53,18 +54,9 @@ _SHOW = 80
 
 
 def show(value: Any, limit: int = _SHOW) -> str:
-    """`repr(value)` cut to about `limit` characters (a 10 MB argument makes a short message)."""
-    if isinstance(value, (str, bytes)) and len(value) > 4 * limit:
-        text = repr(value[: 2 * limit])  # repr of a huge string costs its size
-    else:
-        try:
-            text = repr(value)
-        except Exception as exc:  # a broken __repr__ must not hide the real error
-            text = f"<{type(value).__name__} whose repr raised {type(exc).__name__}>"
-    if len(text) <= limit:
-        return text
-    size = f"{len(value)} items" if isinstance(value, (str, bytes, list, dict)) else "cut"
-    return f"{text[:limit]}... ({size})"
+    """`value` for a message, cut to `limit` characters (`sdk._limits.short`: a
+    10 MB argument, a huge int or a deep list makes a short message)."""
+    return short(value, limit)
 
 
 def _type_name(value: Any) -> str:

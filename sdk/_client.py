@@ -29,7 +29,7 @@ from sdk._checks import (
 )
 from sdk._clientbase import Authorizer, RunHandle
 from sdk._clock import Clock, SystemClock
-from sdk._flowdef import FlowDef
+from sdk._flowdef import FlowDef, encode_call
 from sdk._history import History
 from sdk._lineage import Lineages
 from sdk._registry import Registry
@@ -135,24 +135,12 @@ class Client(History, Lineages, EventSending):
             args_json = fd.encode_args(args, kwargs, self.serializer)
             version = fd.version
         else:
-            # a flow this process does not define: its values keep their types
-            # by recorded type paths (the worker's annotations, if any, win)
-            types: dict[str, str] = {}
-            enc_args = []
-            for i, a in enumerate(args):
-                data, tpath = self.serializer.encode(a, None, f"flow {name!r} argument {i}")
-                enc_args.append(data)
-                if tpath:
-                    types[str(i)] = tpath
-            enc_kwargs = {}
-            for k, v in kwargs.items():
+            # a flow this process does not define: no annotations here, so its
+            # values keep their types by recorded type paths (the worker's
+            # annotations, if any, win)
+            for k in kwargs:
                 check_id(k, f"flow {name!r} keyword name")
-                data, tpath = self.serializer.encode(v, None, f"flow {name!r} argument {k!r}")
-                enc_kwargs[k] = data
-                if tpath:
-                    types[k] = tpath
-            args_json = dumps({"args": enc_args, "kwargs": enc_kwargs, "types": types})
-            self.serializer.check_size(args_json, f"arguments of flow {name!r}")
+            args_json = encode_call(name, args, kwargs, self.serializer, _unannotated)
             version = None
         # Keyword order, and positional vs keyword, are not part of a call's identity.
         if isinstance(fd, FlowDef):
@@ -353,3 +341,8 @@ class Client(History, Lineages, EventSending):
 
 def _versions(versions: Versions) -> str | None:
     return None if versions == Versions() else dumps(converter.unstructure(versions))
+
+
+def _unannotated(index: int | None, name: str | None) -> tuple[str, Any]:
+    """A call's parameter, for a flow this process does not define: no annotation."""
+    return (str(index) if name is None else name), None

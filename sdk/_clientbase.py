@@ -151,17 +151,17 @@ class ClientBase:
         if rec.status is not RunStatus.COMPLETED or stored.result is None:
             return rec
         try:
-            return attrs.evolve(rec, result=self._result_value(stored))
+            return attrs.evolve(rec, result=self._result_value(stored, rec))
         except SerializationError:
             return rec
 
-    def _result_value(self, stored: StoredRun) -> Any:
+    def _result_value(self, stored: StoredRun, rec: RunRecord) -> Any:
+        """`rec`'s result (the JSON data of `stored`'s) rebuilt into its type."""
         fd = self.registry.find_flow(stored.flow)
         declared = fd.return_type() if fd is not None else None
         return self.serializer.decode(
-            run_record(stored).result, declared, stored.result_type,
-            f"result of run {stored.run_id!r}",
-        )  # fmt: skip
+            rec.result, declared, stored.result_type, f"result of run {stored.run_id!r}"
+        )
 
     async def workers(self) -> list[WorkerInfo]:
         """The workers alive on this store and prefix, from their heartbeats.
@@ -210,7 +210,7 @@ class ClientBase:
             # a failed one reports its damage as its error (reason corrupt_record)
             raise CorruptRecord(rec.run_id, self.store.key_of(rec.run_id, "run"), rec.damage)
         if stored.status is RunStatus.COMPLETED:
-            return self._result_value(stored)
+            return self._result_value(stored, rec)
         if rec.status is RunStatus.CANCELED:
             raise RunCanceled(rec.run_id, rec.reason)
         assert rec.error is not None, f"failed run {rec.run_id!r} has no error recorded"

@@ -91,24 +91,7 @@ class FlowDef:
             self.signature.bind(*args, **kwargs)
         except TypeError as exc:
             raise InvalidArgument(f"flow {self.name!r}: {exc}") from None
-        types: dict[str, str] = {}
-        enc_args = []
-        for i, value in enumerate(args):
-            pname, ann = self._annotation(i, None)
-            data, tpath = serializer.encode(value, ann, f"flow {self.name!r} argument {pname!r}")
-            enc_args.append(data)
-            if tpath:
-                types[str(i)] = tpath
-        enc_kwargs = {}
-        for key, value in kwargs.items():
-            pname, ann = self._annotation(None, key)
-            data, tpath = serializer.encode(value, ann, f"flow {self.name!r} argument {key!r}")
-            enc_kwargs[key] = data
-            if tpath:
-                types[key] = tpath
-        text = dumps({"args": enc_args, "kwargs": enc_kwargs, "types": types})
-        serializer.check_size(text, f"arguments of flow {self.name!r}")  # all of them together
-        return text
+        return encode_call(self.name, args, kwargs, serializer, self._annotation)
 
     def call_identity(self, args_json: str) -> str:
         """What makes two starts the same call: arguments by parameter name.
@@ -153,6 +136,37 @@ class FlowDef:
             self._rtype = return_type(self.fn)
             self._rtype_done = True
         return self._rtype
+
+
+def encode_call(
+    flow: str,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    serializer: Serializer,
+    annotation: Callable[[int | None, str | None], tuple[str, Any]],
+) -> str:
+    """JSON text of a call of `flow`: each value as its annotation says (a value with
+    none keeps its recorded type path), all of them within the size limit together.
+    `annotation` gives (parameter name, annotation) for a positional index or a
+    keyword name."""
+    types: dict[str, str] = {}
+    enc_args = []
+    for i, value in enumerate(args):
+        pname, ann = annotation(i, None)
+        data, tpath = serializer.encode(value, ann, f"flow {flow!r} argument {pname!r}")
+        enc_args.append(data)
+        if tpath:
+            types[str(i)] = tpath
+    enc_kwargs = {}
+    for key, value in kwargs.items():
+        _, ann = annotation(None, key)
+        data, tpath = serializer.encode(value, ann, f"flow {flow!r} argument {key!r}")
+        enc_kwargs[key] = data
+        if tpath:
+            types[key] = tpath
+    text = dumps({"args": enc_args, "kwargs": enc_kwargs, "types": types})
+    serializer.check_size(text, f"arguments of flow {flow!r}")  # all of them together
+    return text
 
 
 def _retention(fname: str, value: float | timedelta | None) -> float | None:

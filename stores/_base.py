@@ -7,8 +7,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.exceptions import ResponseError
 
 from stores._keys import Keys
+from stores._records import CorruptData
 from stores._redispy import ScriptRunner
 
 __all__ = ["RedisBase"]
@@ -51,3 +53,13 @@ class RedisBase:
             for t in waits:
                 t.cancel()
             await asyncio.gather(*waits, return_exceptions=True)
+
+    async def _unreadable(
+        self, run_id: str, key: str, error: ResponseError, want: str
+    ) -> Exception:
+        """The error to raise for a read that Redis refused: `CorruptData` for a key
+        of another type than `want` (WRONGTYPE), else `error` itself."""
+        if not str(error).startswith("WRONGTYPE"):
+            return error
+        kind: Any = await self.client.type(key)
+        return CorruptData(run_id, key, f"holds a {kind}, not a {want}")

@@ -83,7 +83,7 @@ class Outbox(RedisBase):
         # Damaged data (a key of another type, a field missing or not a number)
         # is this run's alone: CorruptData naming the key, never a raw error.
         if isinstance(ids, ResponseError):
-            raise CorruptData(run_id, k.intents(run_id), "is not a set")
+            raise await self._unreadable(run_id, k.intents(run_id), ids, "set")
         bad = next((i for i in ids if not i.isdigit()), None)
         if bad is not None:
             raise CorruptData(run_id, k.intents(run_id), f"holds {bad[:40]!r}, not an intent id")
@@ -96,7 +96,7 @@ class Outbox(RedisBase):
         out = []
         for iid, h in zip(ordered, rows, strict=True):
             if isinstance(h, ResponseError):
-                raise CorruptData(run_id, k.intent(p, iid), "is not a hash")
+                raise await self._unreadable(run_id, k.intent(p, iid), h, "hash")
             if h:
                 try:
                     out.append(_codec.intent(iid, h))

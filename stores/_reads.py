@@ -109,16 +109,6 @@ class Reads(RedisBase):
             _codec.checkpoints(cps, jseq, run_id, (names[4], names[2])),
         )  # fmt: skip
 
-    async def _unreadable(
-        self, run_id: str, key: str, error: ResponseError, want: str
-    ) -> Exception:
-        """The error to raise for a read that Redis refused: `CorruptData` for a key
-        of another type than `want` (WRONGTYPE), else `error` itself."""
-        if not str(error).startswith("WRONGTYPE"):
-            return error
-        kind: Any = await self.client.type(key)
-        return CorruptData(run_id, key, f"holds a {kind}, not a {want}")
-
     async def events(self, run_id: str, cursor: str | None, limit: int) -> list[StoredEvent]:
         start = "-" if cursor is None else f"({cursor}"
         key = self.keys.events(run_id)
