@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ResponseError
 
 from stores._keys import Keys
@@ -39,8 +40,13 @@ class RedisBase:
     async def _blpop_any(self, per_partition: list[list[str]], timeout: float) -> bool:
         """BLPOP until any of the lists has an element (or `timeout` seconds)."""
         secs = max(timeout, 0.001)  # BLPOP's timeout is in seconds (0 blocks forever)
-        if len(per_partition) == 1:
-            return await self.blocking_client.blpop(per_partition[0], timeout=secs) is not None
+        if len(per_partition) == 1 or not isinstance(self.blocking_client, RedisCluster):
+            # One BLPOP on every list. (Several, raced and the losers cancelled,
+            # would leave a cancelled BLPOP blocking its connection server-side:
+            # the next command on that connection waits behind it, and the
+            # losers may pop tokens nobody reads.)
+            keys = [key for keys in per_partition for key in keys]
+            return await self.blocking_client.blpop(keys, timeout=secs) is not None
         # One BLPOP per partition: a cluster refuses keys of several slots in one.
         waits = [
             asyncio.ensure_future(self.blocking_client.blpop(keys, timeout=secs))

@@ -186,6 +186,19 @@ def workers_fixture(
         workers.close()
 
 
+@pytest_asyncio.fixture(name="partitioned")
+async def partitioned_fixture(key_prefix: str) -> AsyncIterator[RedisStore]:
+    """A store on the real Redis with 4 partitions (runs spread over 4 hash tags)."""
+    store = RedisStore.from_url(need_real_redis(), prefix=key_prefix, partitions=4)
+    try:
+        yield store
+    finally:
+        keys = [k async for k in store.client.scan_iter(match=f"{key_prefix}:*")]
+        if keys:
+            await store.client.delete(*keys)
+        await store.close()
+
+
 @pytest.fixture(name="client")
 def client_fixture(real_store: RedisStore) -> Client:
     return Client(real_store)

@@ -4,11 +4,9 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-import pytest_asyncio
 
 from sdk import Client, RunRecord, flow, step, wait_for, wait_for_event
 from sdk._events import event_mailbox, tokens_for
@@ -23,7 +21,6 @@ from sdk.errors import (
 from stores.protocol import EventDelivered
 from stores.redis import RedisStore
 from testing import FlowTestEnv
-from tests.conftest import need_real_redis
 
 CALLS: list[str] = []
 
@@ -362,18 +359,6 @@ def test_wait_for_event_outside_a_run_raises() -> None:
 
 
 # -- partitions --------------------------------------------------------------------------
-
-
-@pytest_asyncio.fixture(name="partitioned")
-async def partitioned_fixture(key_prefix: str) -> AsyncIterator[RedisStore]:
-    store = RedisStore.from_url(need_real_redis(), prefix=key_prefix, partitions=4)
-    try:
-        yield store
-    finally:
-        keys = [k async for k in store.client.scan_iter(match=f"{key_prefix}:*")]
-        if keys:
-            await store.client.delete(*keys)
-        await store.close()
 
 
 async def test_runs_in_several_partitions_get_their_events(partitioned: RedisStore) -> None:
