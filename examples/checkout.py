@@ -7,9 +7,9 @@ reviewer. Approved: capture, wait out the warehouse's batching window
 (a durable sleep: the run holds no worker), ship. Denied or no answer before
 the deadline: release the authorization.
 
-`Client.cancel` stops a run where it is and runs nothing more (no release
-step): flows that need compensation on cancellation model it as a decision,
-as the deny path here does.
+`Client.cancel` gives the flow `asyncio.CancelledError` where it waits, with
+a grace period to clean up in (see docs/composition.md, "Cancellation"); this
+flow does no cleanup of its own there: its release step is on the deny path.
 
 Serve it and start an order (approve or deny it on the command line)::
 

@@ -16,6 +16,7 @@ again (after a crash, a deploy, a signal, a timer) skips what it already did.
         await send(user)
 """
 
+from sdk._children import ChildHandle, run_child, start_child
 from sdk._client import Authorizer, Client, RunHandle
 from sdk._clock import Clock, SystemClock
 from sdk._context import RunContext, StepContext, current_run, current_step
@@ -54,6 +55,7 @@ __all__ = [
     "Authorizer",
     "Checkpoint",
     "CheckpointKind",
+    "ChildHandle",
     "Client",
     "Clock",
     "Decision",
@@ -83,8 +85,10 @@ __all__ = [
     "emit",
     "flow",
     "now",
+    "run_child",
     "sleep",
     "sleep_until",
+    "start_child",
     "step",
     "uuid4",
     "wait_for",

@@ -14,6 +14,13 @@ then works out what comes next and delivers it in the next round:
   delivered as one round once all of its writes are back.
 - **Waits** complete one at a time, and only while the flow still waits for
   them (`sdk._waits`); with nothing else to do, the run parks (`sdk._ending`).
+- **Cancel.** A cancel request (`Client.cancel` with a grace period) is given to
+  the flow once, at the live frontier: step executions in flight are cut off
+  (nothing of them is recorded), a ``~cancel`` record is written for the round it
+  is given in, and the flow's main task is cancelled, so ``asyncio.CancelledError``
+  reaches the await it is parked on. A replay gives it in that round again
+  (`sdk._cursor`). The run then ends ``canceled`` however the flow ends
+  (`sdk._ending`).
 - **Discard.** Whenever the activation ends (parked, finished, crashed, lease
   lost), the flow's remaining tasks are unwound with `_Evicted` (`sdk._calls`), a
   `BaseException`: ``finally`` blocks and ``__aexit__`` run, but every call
@@ -30,9 +37,10 @@ import logging
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
-from sdk import _ending, _steprun, _waits
+from sdk import _children, _ending, _steprun, _waits
 from sdk._aio import FlowLoop, FlowTask, interested
 from sdk._calls import FlowCalls, evicted
+from sdk._children import ChildOp
 from sdk._context import RunContext, _run_var
 from sdk._cursor import ReplayCursor
 from sdk._engine import Engine
@@ -106,6 +114,14 @@ class Activation(FlowCalls):
         self.running: set[asyncio.Task[None]] = set()  # work running on the worker's loop
         self.writes = Writes(self)
         self._kick_fut: asyncio.Future[None] | None = None
+        # A cancel request not given to the flow yet: its reason (from the claim, or
+        # from the heartbeat: `request_cancel`). Given: the journal's ~cancel record.
+        self.cancel_reason = stored.cancel_reason
+        if self.cursor.cancel is not None:
+            self.cancel_reason = self.cursor.cancel_reason
+        self.cancel_given = False
+        self.cut: set[asyncio.Task[Any]] = set()  # work cut off to give the cancel
+        self._task: asyncio.Task[Any] | None = None  # the task that runs `execute`
         self._ctx = contextvars.copy_context()
         self._ctx.run(_run_var.set, self)
         # AbstractEventLoop is no ABC at run time; mypy sees the I/O methods that
@@ -136,6 +152,7 @@ class Activation(FlowCalls):
         Runs in a task of its own: work launched inline (see `_launch`) sees the run.
         """
         _run_var.set(self)
+        self._task = asyncio.current_task()
         self.main = self.loop.create_task(self._flow_main(), context=self._ctx.copy())
         try:
             self.loop.run_ready()
@@ -157,7 +174,7 @@ class Activation(FlowCalls):
                 err = cursor.fatal
                 await _ending.fail(self, type(err), str(err), err.called, Reason.NON_DETERMINISM)
                 return
-            if self.continuing is not None:
+            if self.continuing is not None and not self.cancel_given:
                 await _ending.continue_as_new(self)
                 return
             if self.main.done():
@@ -170,11 +187,25 @@ class Activation(FlowCalls):
                         rec = op.delivery
                         assert rec is not None
                         self._deliver(op, op.outcome(rec, self.serializer))
+                    if cursor.cancel_due:  # the round the cancel was given in
+                        cursor.cancel_due = False
+                        self._give_cancel()
                     self.loop.run_ready()
                     continue
                 if cursor.fatal is not None:
                     continue
                 cursor.live = True
+            if self.cancel_pending and not self._queued:
+                # outcomes already written are delivered first, in their rounds
+                if self.writes.batches and self._deliver_batches():
+                    continue
+                if self._cancel_ready():
+                    await self._cancel_live()
+                    continue
+                if self.running or self.writes.batches or self.resolving is not None:
+                    self.cut_work()
+                    await self._wait_event()
+                    continue
             if cursor.new:
                 self._start_new()
             if self.writes.batches and self._deliver_batches():
@@ -190,18 +221,92 @@ class Activation(FlowCalls):
             await _ending.park(self)
             return
 
+    # -- cancel --------------------------------------------------------------------
+
+    @property
+    def cancel_pending(self) -> bool:
+        """A cancel request waits to be given to the flow."""
+        return self.cancel_reason is not None and not self.cancel_given
+
+    def request_cancel(self, reason: str) -> None:
+        """The heartbeat found a cancel request for this run: cut off the step
+        executions in flight, and give the flow the cancel once nothing is written."""
+        if self.cancel_given or self.abandoned:
+            return
+        self.cancel_reason = reason
+        self.cut_work()
+        self.kick()
+
+    def cut_work(self) -> None:
+        """Cancel the step executions in flight that are not in a write (a write in
+        flight completes; the cancel waits for it): they record nothing."""
+        writing = self.writes.writing
+        for task in self.running:
+            if task not in writing and task not in self.cut:
+                self.cut.add(task)
+                task.cancel()
+        # the one piece of work that runs inline runs in `execute`'s task
+        inline = self._task
+        if self.writes.inline and inline is not None and inline not in writing | self.cut:
+            self.cut.add(inline)
+            inline.cancel()
+
+    def _cancel_ready(self) -> bool:
+        return not (self.running or self.writes.batches or self.resolving is not None)
+
+    async def _cancel_live(self) -> None:
+        """Journal the cancel for the next round, then give it to the flow."""
+        reason = self.cancel_reason
+        assert reason is not None
+        try:
+            self.cursor.round = await self.writes.cancel_given(reason)
+        except Stop:
+            return  # the activation stopped (lost lease, store error): `abandoned`
+        self._give_cancel()
+        self.loop.run_ready()
+
+    def _give_cancel(self) -> None:
+        """`asyncio.CancelledError` to the flow, where it waits. The step, value and
+        child-start calls not delivered are withdrawn (their executions were cut off, or never
+        started), live and in a replay alike; what the main task awaits is
+        cancelled with it."""
+        self.cancel_given = True
+        cursor = self.cursor
+        withdrawn = [
+            op
+            for op in cursor.ops.values()
+            if isinstance(op, (StepOp, ValueOp, ChildOp)) and not op.done
+        ]
+        for op in withdrawn:
+            op.done = True
+            cursor.delivered(op)
+            self.waiting.pop(op.pos, None)
+        if withdrawn:
+            cursor.new = [op for op in cursor.new if not op.done]
+        main = self.main
+        if main is not None and not main.done():
+            main.cancel()
+        for op in withdrawn:  # awaited by another task of the flow, or by none
+            if op.fut is not None and not op.fut.done():
+                op.fut.cancel()
+
     def _start_new(self) -> None:
         """Start the calls made so far that the journal has no outcome for."""
         now = self.clock.time()
+        children: list[ChildOp] = []
         for op in self.cursor.take_new():
             if op.done or (op.fut is not None and op.fut.cancelled()):
                 continue  # canceled by the flow before it started
-            if isinstance(op, StepOp):
+            if isinstance(op, ChildOp):
+                children.append(op)  # started together: one batch (see sdk._children)
+            elif isinstance(op, StepOp):
                 _steprun.start(self, op)
             elif isinstance(op, (WaitOp, SleepOp, TimerOp)):
                 _waits.start(self, op, now)
             elif isinstance(op, ValueOp):
                 self.spawn(self._make_value(op))
+        if children:
+            self.spawn(_children.start_all(self, children))
 
     def _deliver_batches(self) -> bool:
         """Deliver every batch whose writes are all back, in order, a round each."""
@@ -281,8 +386,16 @@ class Activation(FlowCalls):
                 await queued[0]
             except (Exception, Stop, Abandon) as exc:
                 self._failed_work(exc)
+            except asyncio.CancelledError:
+                if self._task not in self.cut:
+                    raise
             finally:
                 writes.inline = False
+            task = self._task
+            if task is not None and task in self.cut:  # cut off to give a cancel
+                self.cut.discard(task)
+                if task.uncancel() > 0:  # cancelled from elsewhere too (lost lease, stop)
+                    raise asyncio.CancelledError
             direct, writes.direct = writes.direct, None
             if direct is not None and not self.abandoned:
                 self.cursor.round, op, outcome = direct

@@ -15,15 +15,18 @@ import uuid
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from sdk._children import ChildWaitOp, make_child_op
 from sdk._ops import EventWaitOp, NowOp, Op, SleepOp, StepOp, TimerOp, UuidOp, WaitOp
 
 if TYPE_CHECKING:
     from sdk._aio import FlowLoop
+    from sdk._children import ChildHandle
     from sdk._clock import Clock
     from sdk._cursor import ReplayCursor
+    from sdk._flowdef import FlowDef
     from sdk._step import StepSpec
     from sdk._values import Serializer
-    from stores.protocol import EventWatch
+    from stores.protocol import EventWatch, NewRun, StoredRun
 
 __all__ = ["FlowCalls"]
 
@@ -62,6 +65,8 @@ class _DurableTimer(asyncio.TimerHandle):
 class FlowCalls:
     """The flow-facing half of an activation (see `sdk._activation.Activation`)."""
 
+    run_id: str
+    stored: StoredRun
     cursor: ReplayCursor
     clock: Clock
     serializer: Serializer
@@ -108,6 +113,21 @@ class FlowCalls:
     def uuid4(self) -> Coroutine[Any, Any, Any]:
         key, pos = self.cursor.alloc("~uuid4")
         return self._await(UuidOp(key, pos, make=lambda: str(uuid.uuid4())))
+
+    def start_child(
+        self, new: NewRun, fd: FlowDef | None, own_id: bool
+    ) -> Coroutine[Any, Any, Any]:
+        key, pos = self.cursor.alloc(f"~child:{new.flow}")
+        base = self.run_id + (f"~g{self.stored.generation}" if self.stored.generation else "")
+        return self._await(make_child_op(base, key, pos, new, fd, own_id))
+
+    def child_result(self, handle: ChildHandle) -> Coroutine[Any, Any, Any]:
+        key, pos = self.cursor.alloc(f"~result:{handle.flow}")
+        op = ChildWaitOp(
+            key, pos, name=f"~child:{handle.run_id}", human=False, approvers=None, timeout=None,
+            child=handle, serializer=self.serializer,
+        )  # fmt: skip
+        return self._await(op)
 
     async def continue_as_new(self, args: str) -> NoReturn:
         if self.discarding or self.abandoned:

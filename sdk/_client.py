@@ -6,40 +6,37 @@ are parts of `Client` of their own; `sdk._clientbase` holds what they share.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import uuid
 from collections.abc import Callable
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import cattrs
 
 from sdk._checks import (
-    PRIORITY_RANGE,
     check_count,
     check_id,
-    check_int,
     check_name,
     check_new_run_id,
     check_optional_id,
-    check_options,
     check_status,
     check_text,
     show,
 )
 from sdk._clientbase import Authorizer, RunHandle
-from sdk._clock import Clock, SystemClock
-from sdk._flowdef import FlowDef, encode_call
+from sdk._clock import Clock, SystemClock, seconds
+from sdk._flowdef import FlowDef
 from sdk._history import History
 from sdk._lineage import Lineages
 from sdk._registry import Registry
-from sdk._runs import raise_refused, refusal_error
+from sdk._runs import DEFAULT_CANCEL_GRACE, cancel_run, raise_refused, refusal_error
 from sdk._sending import EventSending
-from sdk._serde import converter, dumps, loads
-from sdk._types import Decision, Reason, RunOptions, RunRecord, RunStatus, Versions
+from sdk._serde import converter, dumps
+from sdk._starting import new_run
+from sdk._types import Decision, Reason, RunOptions, RunRecord, RunStatus
 from sdk._values import Serializer
 from sdk.errors import CorruptRecord, IdempotencyConflict, InvalidArgument, SerializationError
-from stores.protocol import CorruptData, Mailbox, NewRun, Refused
+from stores.protocol import CorruptData, Mailbox, Refused
 
 if TYPE_CHECKING:
     from stores.protocol import Store
@@ -124,44 +121,14 @@ class Client(History, Lineages, EventSending):
         """`start`, also saying whether it created the run; `cause` joins the
         ``run.created`` event's data (e.g. the event that started it)."""
         fd = self._flow_def(flow)
-        name = fd.name if isinstance(fd, FlowDef) else fd
         run_id = check_new_run_id(run_id if run_id is not None else str(uuid.uuid4()), "run_id")
-        check_int(priority, "priority", PRIORITY_RANGE)
-        q = queue if queue is not None else (fd.queue if isinstance(fd, FlowDef) else "default")
-        check_id(q, "queue")
-        check_optional_id(tenant_id, "tenant_id")
-        opts = check_options(options)
-        if isinstance(fd, FlowDef):
-            args_json = fd.encode_args(args, kwargs, self.serializer)
-            version = fd.version
-        else:
-            # a flow this process does not define: no annotations here, so its
-            # values keep their types by recorded type paths (the worker's
-            # annotations, if any, win)
-            for k in kwargs:
-                check_id(k, f"flow {name!r} keyword name")
-            args_json = encode_call(name, args, kwargs, self.serializer, _unannotated)
-            version = None
-        # Keyword order, and positional vs keyword, are not part of a call's identity.
-        if isinstance(fd, FlowDef):
-            canonical = fd.call_identity(args_json)
-        else:
-            canonical = json.dumps(
-                loads(args_json), sort_keys=True, separators=(",", ":"), ensure_ascii=False
-            )
-        digest = hashlib.sha256(f"{name}\n{canonical}".encode()).hexdigest()
+        new = new_run(
+            fd, args, kwargs, self.serializer, run_id=run_id, priority=priority, queue=queue,
+            tenant_id=tenant_id, options=options, now=self.clock.time(),
+        )  # fmt: skip
         try:
-            outcome = await self.store.create_run(
-                NewRun(
-                    run_id, name, version, args_json, digest, q, priority, tenant_id,
-                    self.clock.time(), thread_id=opts.thread_id, trace_id=opts.trace_id,
-                    environment=opts.environment, versions=_versions(opts.versions),
-                    policy_snapshot_id=opts.policy_snapshot_id,
-                    retention=fd.retention if isinstance(fd, FlowDef) else None,
-                    timeout=fd.timeout if isinstance(fd, FlowDef) else None,
-                ),
-                dumps({"flow": name, "queue": q, "priority": priority, **(cause or {})}),
-            )  # fmt: skip
+            data = {"flow": new.flow, "queue": new.queue, "priority": priority, **(cause or {})}
+            outcome = await self.store.create_run(new, dumps(data))
         except CorruptData as exc:  # the run id is taken by a damaged run
             raise CorruptRecord(exc.run_id, exc.key, exc.detail) from None
         if outcome.conflict:
@@ -178,16 +145,19 @@ class Client(History, Lineages, EventSending):
 
     async def list_runs(
         self, status: RunStatus | str | None = None, flow: Callable[..., Any] | str | None = None,
-        limit: int = 100,
+        limit: int = 100, *, parent_run_id: str | None = None,
     ) -> list[RunRecord]:  # fmt: skip
-        """Runs, newest first, optionally of one status and/or one flow."""
+        """Runs, newest first, optionally of one status and/or one flow; with
+        `parent_run_id`, only the child flows that run started (`start_child`)."""
         st = None if status is None else check_status(status)
         check_count(limit, "list_runs(): limit")
+        check_optional_id(parent_run_id, "list_runs(): parent_run_id")
         name = None
         if flow is not None:
             fd = self._flow_def(flow)
             name = fd.name if isinstance(fd, FlowDef) else fd
-        return [self._record(s) for s in await self.store.list_runs(st, name, limit)]
+        found = await self.store.list_runs(st, name, limit, parent_run_id=parent_run_id)
+        return [self._record(s) for s in found]
 
     async def signal(
         self, run_id: str, name: str, payload: Any = None, *,
@@ -261,20 +231,55 @@ class Client(History, Lineages, EventSending):
             )
         return data
 
-    async def cancel(self, run_id: str, *, reason: str, actor: str | None = None) -> None:
-        """Cancel a run that has not ended. A terminal run raises `InvalidTransition`.
+    async def cancel(
+        self,
+        run_id: str,
+        *,
+        reason: str,
+        actor: str | None = None,
+        grace: float | timedelta = DEFAULT_CANCEL_GRACE,
+    ) -> None:
+        """Cancel a run that has not ended; the flow may clean up first, for up to `grace`.
 
-        A step already executing is interrupted at its worker's next heartbeat
-        (within about `lease_ttl / 3`): its task gets `asyncio.CancelledError`,
-        nothing of it is recorded, and the worker's slot is free again.
+        A run that has started (running, replaying, waiting) gets a durable
+        cancel *request* (event ``run.cancel_requested``): at its next
+        activation (a waiting run is woken for it; a running one learns of it
+        at its worker's next heartbeat, within about ``lease_ttl / 3``) the
+        flow gets ``asyncio.CancelledError`` at the await it is parked on. A
+        step executing then is interrupted (its task gets ``CancelledError``,
+        nothing of it is recorded) and the flow gets ``CancelledError`` at that
+        step's await. Its ``except asyncio.CancelledError:`` / ``finally:``
+        blocks may run compensation steps, waits and sleeps, journaled like any
+        others; whatever the flow then does (re-raises, returns, raises), the
+        run ends ``canceled`` with this `reason` (a value it returned is kept
+        as the run's result, an error it raised as its error). A flow that ends
+        before the cancel reaches it keeps its own outcome.
+
+        The cancel is forced (the run ends ``canceled`` at once, its activation
+        fenced out, its pending outbox intents canceled) when the grace period
+        runs out, by a second `cancel` of a run that has a request (the
+        request's reason is kept), with ``grace=0``, and for a ``pending`` run
+        (no flow code has run). A terminal run raises `InvalidTransition`.
+
+        Args:
+            reason: why; the run's `RunRecord.reason`.
+            actor: who cancels (required when the client has an authorizer).
+            grace: seconds or a `timedelta` the flow has to clean up after it is
+                asked to stop (default 30 seconds); 0 cancels at once.
+
+        Example::
+
+            await client.cancel(run_id, reason="customer left", grace=60)
         """
         check_id(run_id, "run_id")
         check_text(reason, "cancel(): reason")
         check_optional_id(actor, "actor")
+        secs = seconds(grace, "cancel(): grace")
+        if secs < 0:
+            raise InvalidArgument(f"cancel(): grace must not be negative, got {grace!r:.80}")
         await self._authorize(actor, "cancel", run_id)
-        refused = await self.store.cancel(
-            run_id, reason, self.clock.time(), event_data=dumps({"reason": reason, "actor": actor})
-        )
+        said = {"reason": reason, "actor": actor}
+        refused = await cancel_run(self.store, run_id, reason, self.clock.time(), secs, said)
         raise_refused(run_id, refused)
 
     async def resume(
@@ -337,12 +342,3 @@ class Client(History, Lineages, EventSending):
             run_id, self.clock.time(), event_data=dumps({"reason": "deleted", "actor": actor})
         )
         raise_refused(run_id, refused)
-
-
-def _versions(versions: Versions) -> str | None:
-    return None if versions == Versions() else dumps(converter.unstructure(versions))
-
-
-def _unannotated(index: int | None, name: str | None) -> tuple[str, Any]:
-    """A call's parameter, for a flow this process does not define: no annotation."""
-    return (str(index) if name is None else name), None

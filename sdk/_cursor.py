@@ -6,6 +6,11 @@ journal, and says which recorded outcomes come next: the journal records the
 round each outcome was delivered in (`Record.r`), and a replay delivers them
 in those rounds again. A call the journal disagrees with is a
 `NonDeterminismError`, remembered (`fatal`) even if the flow catches it.
+
+A cancel given to the flow (see `sdk._activation`) is the record `CANCEL_KEY`:
+no call of the flow made it (its position is `CANCEL_POS`, outside the
+flow's), but its round is a round of the run, in which a replay gives the
+cancel again (`cancel_due`).
 """
 
 from __future__ import annotations
@@ -20,7 +25,12 @@ from sdk.errors import NonDeterminismError, RegistryConflict
 if TYPE_CHECKING:
     from sdk._step import StepSpec
 
-__all__ = ["ReplayCursor"]
+__all__ = ["CANCEL_KEY", "CANCEL_POS", "ReplayCursor"]
+
+#: The journal key of a cancel given to the flow (reserved: no step name has "~").
+CANCEL_KEY = "~cancel"
+#: Its position: before every call of the flow, so never one of them.
+CANCEL_POS = -1
 
 
 def _pos(op: Op) -> int:
@@ -35,9 +45,19 @@ class ReplayCursor:
         self.flow = flow
         self.journal = journal
         self.round = 0  # the last round delivered
+        # the cancel given to the flow, if it was: out of the calls' positions, its
+        # round kept (with no call in it)
+        self.cancel = journal.by_pos.pop(CANCEL_POS, None)
+        self.cancel_round: int | None = None
+        if self.cancel is not None and self.cancel.r is not None:
+            self.cancel_round = self.cancel.r
+            journal.rounds[self.cancel.r] = [
+                p for p in journal.rounds.get(self.cancel.r, ()) if p != CANCEL_POS
+            ]
+        self.cancel_due = False  # next_recorded reached the cancel's round
         self._rounds = sorted(journal.rounds)  # the recorded rounds, in order
         self._next_round = 0  # index in _rounds of the first one after `round`
-        self.live = not journal.by_pos  # past the last recorded round
+        self.live = not journal.by_pos and self.cancel_round is None  # past the last round
         self.fatal: NonDeterminismError | None = None
         self.ops: dict[int, Op] = {}  # calls made and not delivered yet, by position
         self.new: list[Op] = []  # calls to start at the live frontier
@@ -45,6 +65,15 @@ class ReplayCursor:
         self._pos = 0
         self._counts: dict[str, int] = {}
         self._specs: dict[str, StepSpec] = {}  # step name -> the step using it in this run
+
+    @property
+    def cancel_reason(self) -> str | None:
+        """The reason of the cancel given to the flow (its record's value)."""
+        rec = self.cancel
+        if rec is None:
+            return None
+        value = rec.value
+        return str(value.get("reason", "")) if isinstance(value, dict) else str(value)
 
     @property
     def calls(self) -> int:
@@ -130,6 +159,10 @@ class ReplayCursor:
         if i == len(rounds):
             return None
         r = rounds[i]
+        if r == self.cancel_round:  # no call is delivered in it: the cancel is given
+            self.round = r
+            self.cancel_due = True
+            return []
         positions = sorted(self.journal.rounds[r])
         missing = [p for p in positions if p not in self.ops]
         if missing:

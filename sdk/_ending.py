@@ -25,7 +25,7 @@ from stores.protocol import CorruptData, Parked, Refusal, Refused
 if TYPE_CHECKING:
     from sdk._activation import Activation
 
-__all__ = ["conclude", "continue_as_new", "fail", "park", "report"]
+__all__ = ["canceled", "conclude", "continue_as_new", "fail", "park", "report"]
 
 log = logging.getLogger("steadyflow.worker")
 
@@ -36,6 +36,9 @@ async def conclude(act: Activation) -> None:
     assert main is not None
     await act.settle()  # background steps are cut off (as asyncio.run does)
     if act.abandoned:
+        return
+    if act.cancel_given:
+        await canceled(act)
         return
     if main.cancelled():
         msg = "the flow's main task was canceled"
@@ -72,6 +75,41 @@ async def conclude(act: Activation) -> None:
             result_type=tpath, retention=flow.retention, delete_until=grace,
         ),
         "completed",
+    )  # fmt: skip
+
+
+async def canceled(act: Activation) -> None:
+    """The flow ended after it was given its cancel: the run ends ``canceled`` with
+    the cancel's reason, however the flow ended. What it returned is kept as the
+    run's result, an error it raised as its error (for inspection)."""
+    main = act.main
+    assert main is not None
+    result = result_type = error = None
+    if not main.cancelled():
+        failure = main.exception()
+        if failure is not None:
+            info = ErrorInfo(
+                type_path(type(failure)), clean_message(exception_message(failure)),
+                getattr(failure, STEP_TAG, (None,))[0], Reason.FLOW_ERROR,
+            )  # fmt: skip
+            error = dumps(converter.unstructure(info))
+        else:
+            flow = act.flow
+            try:
+                data, result_type = act.serializer.encode(
+                    main.result(), flow.return_type(), f"result of flow {flow.name!r}"
+                )
+                result = dumps(data)
+            except Exception:  # the result cannot be kept: the run is canceled all the same
+                log.warning("run %s: the result of its canceled flow cannot be kept", act.run_id)
+    await _end(
+        act,
+        act.store.finish(
+            act.run_id, act.fence, RunStatus.CANCELED, act.clock.time(), result=result,
+            result_type=result_type, error=error, reason=act.cancel_reason or "canceled",
+            retention=act.flow.retention,
+        ),
+        "canceled",
     )  # fmt: skip
 
 

@@ -24,8 +24,11 @@ __all__ = ["RESERVED_OPTIONS", "RESULT_GRACE", "FlowDef", "flow"]
 P = ParamSpec("P")
 R = TypeVar("R")
 
-#: Keyword names `Client.start` takes for itself; a flow parameter may not use them.
-RESERVED_OPTIONS = frozenset({"run_id", "priority", "queue", "tenant_id", "options"})
+#: Keyword names `Client.start` (and `start_child`: ``parent_close``) take for
+#: themselves; a flow parameter may not use them.
+RESERVED_OPTIONS = frozenset(
+    {"run_id", "priority", "queue", "tenant_id", "options", "parent_close"}
+)
 
 #: Seconds a run deleted on success (``@flow(delete_on_success=True)``) keeps a
 #: tombstone (its record without arguments) and its done notice, so that
@@ -265,7 +268,7 @@ def flow(
         if clash:
             raise InvalidArgument(
                 f"flow {fname!r}: parameter name(s) {sorted(clash)} are reserved for "
-                "Client.start options; rename them"
+                "Client.start / start_child options; rename them"
             )
         keep = _retention(fname, retention)
         limit = None if timeout is None else check_timeout(timeout, f"flow {fname!r}: timeout")

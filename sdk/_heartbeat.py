@@ -1,6 +1,8 @@
 """A worker's heartbeat: it renews the leases of its activations, interrupts the
 ones whose lease was lost (a cancel, a takeover, a fired run timeout all move the
-fencing token), and keeps the worker's registration on the store alive."""
+fencing token), gives a cancel request (`Client.cancel` with a grace period) to
+the activation of its run, and keeps the worker's registration on the store
+alive. The renewal reports both, so a cancel costs no poll per step."""
 
 from __future__ import annotations
 
@@ -83,6 +85,12 @@ class Heartbeat:
         except Exception:
             log.exception("lease heartbeat failed; will try again")
             return
+        for run_id, reason in lost.cancel_requested.items():
+            entry = self._inflight.get(run_id)
+            if entry is None or entry[1] is None or entry[1].fence != fences.get(run_id):
+                continue
+            if not entry[1].suspending:  # parking: the park script sees the request
+                entry[1].request_cancel(reason)
         for run_id in lost:
             entry = self._inflight.get(run_id)
             if entry is None or entry[1] is None or entry[1].fence != fences.get(run_id):

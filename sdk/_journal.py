@@ -28,6 +28,8 @@ class Kind(enum.StrEnum):
     NOW = "now"
     UUID = "uuid"
     TIMER = "timer"  # an asyncio timer of the flow's loop (asyncio.sleep, asyncio.timeout...)
+    CANCEL = "cancel"  # the cancel request given to the flow (`sdk._cursor.CANCEL_KEY`)
+    CHILD = "child"  # start_child: the child run's id (or why it could not start)
 
 
 class State(enum.StrEnum):

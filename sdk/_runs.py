@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from sdk._serde import converter, loads, type_path
+from sdk._serde import converter, dumps, loads, type_path
 from sdk._types import ErrorInfo, Reason, RunRecord, RunStatus, Versions
 from sdk.errors import (
     CorruptRecord,
@@ -20,7 +20,12 @@ from sdk.errors import (
 )
 from stores.protocol import Refusal, Refused, StoredRun
 
+if TYPE_CHECKING:
+    from stores.protocol import Store
+
 __all__ = [
+    "DEFAULT_CANCEL_GRACE",
+    "cancel_run",
     "corrupt_error",
     "error_info",
     "raise_refused",
@@ -112,6 +117,8 @@ def run_record(stored: StoredRun) -> RunRecord:
         source_run_id=stored.source_run_id,
         source_checkpoint_id=stored.source_checkpoint_id,
         root_run_id=stored.root_run_id or stored.run_id,
+        parent_run_id=stored.parent_run_id,
+        tree_root_run_id=stored.tree_root_run_id,
         format_version=stored.format_version,
         damage=damage,
     )
@@ -128,6 +135,26 @@ def _datetime(value: float) -> datetime:
 def corrupt_error(run_id: str, key: str, detail: str) -> ErrorInfo:
     """The error a run failed for damaged data is recorded with."""
     return ErrorInfo(type_path(CorruptRecord), f"{key}: {detail}", None, Reason.CORRUPT_RECORD)
+
+
+#: `Client.cancel`'s default grace period: seconds a flow has to clean up.
+DEFAULT_CANCEL_GRACE = 30.0
+
+
+async def cancel_run(
+    store: Store, run_id: str, reason: str, now: float, grace: float, said: dict[str, Any]
+) -> Refused | None:
+    """Cancel `run_id`: a request the flow gets and has `grace` seconds to clean up
+    after (0: at once); `said` is the data of its events (reason, actor...)."""
+    if grace == 0:
+        return await store.cancel(run_id, reason, now, event_data=dumps(said))
+    until = now + grace
+    return await store.cancel(
+        run_id, reason, now, event_data=dumps(said), grace_until=until,
+        request_data=dumps({**said, "grace_until": until}),
+        forced_data=dumps({**said, "forced": "grace_expired", "grace_until": until}),
+        forcing_data=dumps({**said, "forced": "second_cancel"}),
+    )  # fmt: skip
 
 
 def raise_refused(run_id: str, refused: Refused | None, *, what: str = "") -> None:

@@ -194,6 +194,10 @@ class RunRecord:
     whose id starts every idempotency key); a format-1 record reads with
     their defaults.
 
+    A child flow (`start_child`) has `parent_run_id`, the run that started it,
+    and `tree_root_run_id`, the run at the top of its tree (its parent's tree
+    root, or its parent); both are None for a run started by a client.
+
     `damage` is None when the whole stored record could be read. Otherwise it
     names the key and says what could not be read ("<key>: <what>; <what>"):
     those fields hold their defaults; a status that cannot be read is
@@ -227,6 +231,8 @@ class RunRecord:
     source_run_id: str | None = None
     source_checkpoint_id: str | None = None
     root_run_id: str | None = None
+    parent_run_id: str | None = None
+    tree_root_run_id: str | None = None
     format_version: int = 2  # the store's format of the record (StoredRun.format_version)
     damage: str | None = None
 

@@ -17,6 +17,7 @@ import cattrs
 from sdk import _quarantine
 from sdk._activation import Activation
 from sdk._checks import check_id, check_int, check_optional_id, check_seconds
+from sdk._children import internal_channels
 from sdk._clock import Clock, SystemClock
 from sdk._dispatch import Dispatcher
 from sdk._engine import Engine
@@ -135,6 +136,8 @@ class Worker(Heartbeat):
         # lease lost (canceled, or taken over): nothing to hand back for them
         self._lost: set[str] = set()
         self._channels = None if channels is None else [self._resolve_channel(c) for c in channels]
+        # child flows' ends and cascading cancels: served by every worker
+        self._internal = internal_channels(store, self.clock)
         self.dispatcher = Dispatcher(
             store, self.clock, self._served_channels,
             concurrency=concurrency, lease_ttl=self.lease_ttl,
@@ -174,9 +177,9 @@ class Worker(Heartbeat):
     def _served_channels(self) -> dict[str, ChannelDef]:
         """Channels whose intents this worker delivers (names resolved at each poll)."""
         registered = self.registry.channels()
+        out = dict(self._internal)
         if self._channels is None:
-            return registered
-        out: dict[str, ChannelDef] = {}
+            return {**registered, **out}
         for c in self._channels:
             if isinstance(c, ChannelDef):
                 out[c.name] = c

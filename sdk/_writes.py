@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import attrs
 
-from sdk._journal import Record
+from sdk._cursor import CANCEL_KEY, CANCEL_POS
+from sdk._journal import Kind, Record, State
 from sdk._ops import Op, Outcome
 from sdk.errors import LeaseLost
 from stores.protocol import NewIntent, StepEvent
@@ -86,8 +87,9 @@ class Writes:
     ) -> None:
         """Write `op`'s outcome (the record ``make(r=round)`` builds for the write's
         round); the flow gets `outcome` in that round."""
-        if self.act.abandoned:
-            raise Stop
+        act = self.act
+        if act.abandoned or (act.cut and asyncio.current_task() in act.cut):
+            raise Stop  # stopped, or cut off to give a cancel: nothing is recorded
         if self.inline and self.direct is None:
             # the only work in flight: its outcome is the next round on its own
             r = self._last = max(self._last, self.act.cursor.round) + 1
@@ -109,9 +111,25 @@ class Writes:
         self, rec: Record, event: StepEvent | None = None, intents: Sequence[NewIntent] = ()
     ) -> None:
         """A fenced journal write that delivers nothing (a failed attempt, an approval)."""
-        if self.act.abandoned:
+        act = self.act
+        if act.abandoned or (act.cut and asyncio.current_task() in act.cut):
             raise Stop
         await self._record(rec, event, intents)
+
+    async def cancel_given(self, reason: str) -> int:
+        """Journal that the flow is given its cancel request in the next round (the
+        ``~cancel`` record); returns that round. Nothing else is in flight."""
+        act = self.act
+        if act.abandoned:
+            raise Stop
+        r = self._last = max(self._last, act.cursor.round) + 1
+        rec = Record(CANCEL_KEY, CANCEL_POS, Kind.CANCEL, State.OK, value={"reason": reason}, r=r)
+        written = await self.guard(
+            act.store.record(act.run_id, act.fence, rec.key, rec.to_json(), now=act.clock.time())
+        )
+        if not written:
+            self.fenced("the cancel was not given")
+        return r
 
     async def mark(self, key: str) -> None:
         """The optional ``step.started`` event and checkpoint."""
@@ -138,10 +156,12 @@ class Writes:
     async def guard(self, call: Awaitable[Any]) -> Any:
         """Await a store call: a store error stops the activation (a write whose
         outcome is unknown is left to recovery, as after a crash)."""
-        # Work that runs as a task is cut off by `abandon` unless it is writing.
-        task = asyncio.current_task() if self.act.running else None
+        # Work is cut off by `abandon` (and to give a cancel) unless it is writing;
+        # so is work that runs inline, in `execute`'s task.
+        task = asyncio.current_task()
+        writing = self.writing
         if task is not None:
-            self.writing.add(task)
+            writing.add(task)
         try:
             return await call
         except Exception as exc:
@@ -149,7 +169,9 @@ class Writes:
             raise Stop from exc
         finally:
             if task is not None:
-                self.writing.discard(task)
+                writing.discard(task)
+            if self.act.cancel_pending:
+                self.act.kick()  # the cancel waited for this write
 
     def fenced(self, what: str) -> NoReturn:
         """The store refused a fenced write: this activation lost its lease; it stops."""

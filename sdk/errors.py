@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from sdk._types import ErrorInfo, RunStatus
 
 __all__ = [
+    "ChildFailed",
     "CorruptRecord",
     "FlowBlocked",
     "FlowNotFound",
@@ -293,6 +294,20 @@ class RunFailed(SteadyflowError):
         super().__init__(
             f"run {run_id!r} failed{where}: {error.type}: {error.message} (reason: {error.reason})"
         )
+
+
+class ChildFailed(RunFailed):
+    """A child flow ended in `failed`: raised in its parent by ``await
+    handle.result()`` / ``run_child`` (identically on replay).
+
+    Attributes:
+        run_id: the child run.
+        error: the child's `ErrorInfo` (type, message, step key, reason).
+    """
+
+    def __init__(self, run_id: str, error: ErrorInfo) -> None:
+        super().__init__(run_id, error)
+        self.args = (f"child {self.args[0]}",)
 
 
 class RunCanceled(SteadyflowError):

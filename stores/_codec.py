@@ -82,6 +82,9 @@ def run_fields(new: NewRun) -> list[str]:
         "root_run_id": new.root_run_id,
         "retry": new.retry,
         "versions": new.versions,
+        "parent": new.parent_run_id,
+        "top": new.tree_root_run_id,
+        "pclose": "abandon" if new.abandon else None,
     }
     fields += [x for name, v in optional.items() if v is not None for x in (name, v)]
     if new.retention is not None:

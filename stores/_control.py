@@ -46,12 +46,22 @@ class Control(RedisBase):
         return refused(reply)
 
     async def cancel(
-        self, run_id: str, reason: str, now: float, *, event_data: str = ""
+        self,
+        run_id: str,
+        reason: str,
+        now: float,
+        *,
+        event_data: str = "",
+        grace_until: float | None = None,
+        request_data: str = "",
+        forced_data: str = "",
+        forcing_data: str = "",
     ) -> Refused | None:
         k = self.keys
-        reply = await self._call(
-            "cancel", [k.run(run_id)], [k.base_of(run_id), run_id, reason, num(now), event_data]
-        )
+        args = [k.base_of(run_id), run_id, reason, num(now), event_data]
+        if grace_until is not None:
+            args += [num(grace_until), request_data, forced_data, forcing_data]
+        reply = await self._call("cancel", [k.run(run_id)], args)
         return refused(reply)
 
     async def resume(

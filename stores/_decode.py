@@ -96,6 +96,11 @@ def stored_run(run_id: str, h: dict[str, str], key: str = "") -> StoredRun:
             source_run_id=_opt(h.get("source_run_id")),
             source_checkpoint_id=_opt(h.get("source_checkpoint_id")),
             root_run_id=_opt(h.get("root_run_id")),
+            parent_run_id=_opt(h.get("parent")),
+            tree_root_run_id=_opt(h.get("top")),
+            abandon=h.get("pclose") == "abandon",
+            cancel_reason=_opt(h.get("cancel_reason")),
+            cancel_deadline=_float(h.get("cancel_at")),
             retry=_opt(h.get("retry")),
             format_version=int(h.get("v", 1)),
             generation=int(h.get("gen") or 0),
@@ -209,6 +214,10 @@ def damaged_run(run_id: str, h: dict[str, str], key: str, what: str | None = Non
         source_run_id=_opt(fields.get("source_run_id")),
         source_checkpoint_id=_opt(fields.get("source_checkpoint_id")),
         root_run_id=_opt(fields.get("root_run_id")),
+        parent_run_id=_opt(fields.get("parent")),
+        tree_root_run_id=_opt(fields.get("top")),
+        abandon=fields.get("pclose") == "abandon",
+        cancel_reason=_opt(fields.get("cancel_reason")),
         retry=_opt(fields.get("retry")),
         format_version=fields.get("v", 1),
         generation=fields.get("gen", 0),
@@ -222,6 +231,7 @@ _FIELDS = (
     "result", "result_type", "error", "reason", "recoveries", "thread_id", "trace_id",
     "environment", "versions", "policy_snapshot_id", "cp_n", "resume_from_checkpoint_id",
     "source_run_id", "source_checkpoint_id", "root_run_id", "retry", "v", "gen",
+    "parent", "top", "pclose",
 )  # fmt: skip
 
 

@@ -41,6 +41,7 @@ SUFFIX = {
     "runs": "runs",  # ZSET  every run id -> created_at
     "expiry": "expiry",  # ZSET  run id -> when its data is deleted (retention, tombstones)
     "deadlines": "deadlines",  # ZSET  run id -> when it times out (@flow(timeout=), from its start)
+    "cancels": "cancels",  # ZSET  run id -> when its cancel request's grace ends (then forced)
     "repair": "repair",  # HASH  the repair pass's cursor: status, run id, score, next pass due
     # The outbox. An intent outlives its run until it is delivered: its hash is
     # not a per-run key (deleting a run drops its settled intents only).
@@ -52,6 +53,8 @@ SUFFIX = {
     # Events matched by key (wait_for_event / send_event), per partition.
     "evindex": "evi:",  # SET   run ids listening for one event name and filter (+ index token)
     "evshapes": "evs:",  # SET   the filters' field-name lists seen for an event (+ event name)
+    # Child flows: in the child's partition, the children of one parent.
+    "children": "kids:",  # ZSET  child run id -> created_at (+ parent run id)
     # Workers of the deployment (kept in partition 0), from their heartbeats.
     "workers": "workers",  # ZSET  worker id -> when its registration expires
     "worker": "worker",  # HASH  worker id -> its last heartbeat, JSON
@@ -68,8 +71,8 @@ RUN_SUFFIXES = (
 #: The suffixes of the keys a partition's runs share (indexes, queues, feed, outbox).
 SHARED_SUFFIXES = (
     "feed", "queue", "wake", "status", "queues", "seq", "timers", "leases", "runs", "expiry",
-    "deadlines", "repair", "intent", "outbox", "outbox_wake", "intent_seq", "workers", "worker",
-    "evindex", "evshapes",
+    "deadlines", "cancels", "repair", "intent", "outbox", "outbox_wake", "intent_seq",
+    "workers", "worker", "evindex", "evshapes", "children",
 )  # fmt: skip
 
 
@@ -144,6 +147,9 @@ class Keys:
 
     def event_shapes(self, partition: int, event: str) -> str:
         return self.base(partition) + SUFFIX["evshapes"] + event
+
+    def children(self, partition: int, parent_run_id: str) -> str:
+        return self.base(partition) + SUFFIX["children"] + parent_run_id
 
     def workers(self) -> str:
         return self.base(0) + SUFFIX["workers"]

@@ -103,6 +103,10 @@ class EventType(enum.StrEnum):
     RUN_RESUMED = "run.resumed"
     RUN_COMPLETED = "run.completed"
     RUN_FAILED = "run.failed"
+    RUN_CANCEL_REQUESTED = "run.cancel_requested"
+    """`Client.cancel` with a grace period asked the run to stop (data: reason, actor,
+    grace_until): the flow gets ``asyncio.CancelledError`` at its next activation and
+    may clean up until then; ``run.canceled`` follows."""
     RUN_CANCELED = "run.canceled"
     RUN_DELETED = "run.deleted"
     """On the live feed only (`Client.follow`): the run's own log is deleted with it."""
@@ -126,6 +130,12 @@ class EventType(enum.StrEnum):
     """Canceling the run canceled a pending intent."""
     OUTBOX_RESTORED = "outbox.restored"
     """Resuming a canceled run made a canceled intent pending again."""
+    CHILD_STARTED = "child.started"
+    """The flow started a child flow (data: child_run_id, flow, created: False when a
+    replay found the child already started). The child's ``run.created`` names the parent."""
+    CHILD_CANCELED = "child.canceled"
+    """Canceling the run canceled one of its unfinished child flows (data: child_run_id,
+    reason); the child's ``run.canceled`` names the parent."""
     RUN_CONTINUED_AS_NEW = "run.continued_as_new"
     """The flow called ``continue_as_new``: a generation ended and the next began
     (data: generation, archived_as, continued_as). In the run's log and, as its last

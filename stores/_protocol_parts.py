@@ -12,14 +12,45 @@ from stores._records import (
     EventDelivered,
     IntentClaim,
     Mailbox,
+    NewRun,
     Refused,
+    StartOutcome,
+    StepEvent,
     StoredCheckpoint,
     StoredEvent,
     StoredIntent,
     WorkerBeat,
 )
 
-__all__ = ["EventStore", "HistoryReads", "OutboxStore", "WorkerRegistry"]
+__all__ = ["ChildStore", "EventStore", "HistoryReads", "OutboxStore", "WorkerRegistry"]
+
+
+class ChildStore(Protocol):
+    """Child flows: a fan-out's starts, and the journal records of their handles,
+    in batches. Each run's write is the same atomic script as `Store.create_run` /
+    `Store.record` (a child may live on another partition than its parent); a
+    batch is one round trip (a pipeline), not one per run."""
+
+    async def create_runs(
+        self, news: Sequence[NewRun], event_data: Sequence[str]
+    ) -> list[StartOutcome]:
+        """`Store.create_run` for each of `news` (with its ``run.created`` event
+        data), in order. Safe to repeat, as `create_run` is."""
+        ...
+
+    async def record_many(
+        self,
+        run_id: str,
+        fence: int,
+        records: Sequence[tuple[str, str]],
+        *,
+        now: float,
+        events: Sequence[StepEvent | None],
+    ) -> bool:
+        """`Store.record` (without intents) of each (key, record) with its event.
+        False when fenced out: then none was written, or (a lease lost during
+        the batch) the ones before it were; the activation stops either way."""
+        ...
 
 
 class EventStore(Protocol):

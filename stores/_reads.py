@@ -48,11 +48,21 @@ class Reads(RedisBase):
         return _decode.damaged_run(run_id, {}, key, f"holds a {kind}, not a hash")
 
     async def list_runs(
-        self, status: RunStatus | None, flow: str | None, limit: int
+        self,
+        status: RunStatus | None,
+        flow: str | None,
+        limit: int,
+        *,
+        parent_run_id: str | None = None,
     ) -> list[StoredRun]:
         found: list[StoredRun] = []
         for p in self._partitions():
-            index = self.keys.status_index(p, status.value) if status else self.keys.all_runs(p)
+            if parent_run_id is not None:
+                index = self.keys.children(p, parent_run_id)
+            elif status:
+                index = self.keys.status_index(p, status.value)
+            else:
+                index = self.keys.all_runs(p)
             start = 0
             while len(found) < limit * (p + 1):
                 ids: Any = await self.client.zrevrange(index, start, start + 99)
@@ -73,7 +83,9 @@ class Reads(RedisBase):
                         run = _decode.stored_run(run_id, h, key)
                     else:
                         continue  # a stale index entry: the run is gone
-                    if flow is None or run.flow == flow:
+                    if (flow is None or run.flow == flow) and (
+                        parent_run_id is None or status is None or run.status is status
+                    ):
                         found.append(run)
         found.sort(key=lambda r: r.created_at, reverse=True)
         return found[:limit]

@@ -7,6 +7,7 @@ the engine's, kept opaque by stores.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping, Sequence
 
 import attrs
 
@@ -29,6 +30,7 @@ __all__ = [
     "Parked",
     "Refusal",
     "Refused",
+    "Renewal",
     "StartOutcome",
     "StepEvent",
     "StoredCheckpoint",
@@ -94,6 +96,9 @@ class NewRun:
     retry: str | None = None  # JSON of a retry policy that replaces the flow's default
     retention: float | None = None  # seconds a completed or canceled run is kept
     timeout: float | None = None  # seconds from its start (claim) until it fails timed_out
+    parent_run_id: str | None = None  # a child flow's parent run
+    tree_root_run_id: str | None = None  # the top of a child flow's tree of runs
+    abandon: bool = False  # a child flow that a canceled parent leaves running
 
 
 @attrs.frozen
@@ -162,6 +167,11 @@ class StoredRun:
     retry: str | None = None  # JSON
     format_version: int = 1
     generation: int = 0  # how many times the run continued as new (`Store.continue_as_new`)
+    parent_run_id: str | None = None  # a child flow's parent run
+    tree_root_run_id: str | None = None  # the top of a child flow's tree of runs
+    abandon: bool = False  # a child flow that a canceled parent leaves running
+    cancel_reason: str | None = None  # a cancel request's reason (`Store.cancel` with grace)
+    cancel_deadline: float | None = None  # ...and when its grace ends (then it is forced)
     damage: str | None = None
     """What of the stored record could not be read ("<key>: <what>; ..."), None
     when all of it could: the fields it names hold their defaults here, and a
@@ -372,3 +382,20 @@ class WorkerBeat:
     started_at: float
     beat_at: float
     expires_at: float
+
+
+class Renewal(list[str]):
+    """What `Store.renew` found. As a list: the run ids whose lease is lost.
+
+    `cancel_requested`: run id -> reason, for the runs whose lease holds and that
+    have a cancel request (`Store.cancel` with a grace deadline) their flow has not
+    been given yet.
+    """
+
+    cancel_requested: dict[str, str]
+
+    def __init__(
+        self, lost: Sequence[str] = (), cancel_requested: Mapping[str, str] | None = None
+    ) -> None:
+        super().__init__(lost)
+        self.cancel_requested = dict(cancel_requested or {})

@@ -29,7 +29,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from stores._lifecycle import RESUMABLE, TRANSITIONS, CheckpointKind, EventType, RunStatus
-from stores._protocol_parts import EventStore, HistoryReads, OutboxStore, WorkerRegistry
+from stores._protocol_parts import (
+    ChildStore,
+    EventStore,
+    HistoryReads,
+    OutboxStore,
+    WorkerRegistry,
+)
 from stores._records import (
     Claim,
     Consumed,
@@ -46,6 +52,7 @@ from stores._records import (
     Parked,
     Refusal,
     Refused,
+    Renewal,
     StartOutcome,
     StepEvent,
     StoredCheckpoint,
@@ -79,6 +86,7 @@ __all__ = [
     "Parked",
     "Refusal",
     "Refused",
+    "Renewal",
     "RunStatus",
     "StartOutcome",
     "StepEvent",
@@ -93,7 +101,7 @@ __all__ = [
 ]
 
 
-class Store(HistoryReads, OutboxStore, WorkerRegistry, EventStore, Protocol):
+class Store(HistoryReads, OutboxStore, WorkerRegistry, EventStore, ChildStore, Protocol):
     """Run records, journals, mailboxes, timers, queues and leases.
 
     **Repeating a call.** A call whose reply was lost (a dropped connection)
@@ -157,10 +165,16 @@ class Store(HistoryReads, OutboxStore, WorkerRegistry, EventStore, Protocol):
         ...
 
     async def list_runs(
-        self, status: RunStatus | None, flow: str | None, limit: int
+        self,
+        status: RunStatus | None,
+        flow: str | None,
+        limit: int,
+        *,
+        parent_run_id: str | None = None,
     ) -> list[StoredRun]:
         """Newest first. Several round trips. A run whose record cannot be read
-        whole is listed with `StoredRun.damage` set (never an error)."""
+        whole is listed with `StoredRun.damage` set (never an error). With
+        `parent_run_id`, only that run's child flows."""
         ...
 
     # -- activations ---------------------------------------------------------------
@@ -320,9 +334,11 @@ class Store(HistoryReads, OutboxStore, WorkerRegistry, EventStore, Protocol):
         fencing token; nothing when fenced out (so also when repeated)."""
         ...
 
-    async def renew(self, leases: Sequence[tuple[str, int]], expiry: float) -> list[str]:
+    async def renew(self, leases: Sequence[tuple[str, int]], expiry: float) -> Renewal:
         """Extend leases held on these fencing tokens to `expiry`; returns the run
-        ids whose lease is lost (nothing changes for those)."""
+        ids whose lease is lost (nothing changes for those), and among the others
+        those with a cancel request their flow has not been given yet (the
+        journal holds no ``~cancel`` record): `Renewal.cancel_requested`."""
         ...
 
     async def tick(
@@ -406,11 +422,33 @@ class Store(HistoryReads, OutboxStore, WorkerRegistry, EventStore, Protocol):
         ...
 
     async def cancel(
-        self, run_id: str, reason: str, now: float, *, event_data: str = ""
+        self,
+        run_id: str,
+        reason: str,
+        now: float,
+        *,
+        event_data: str = "",
+        grace_until: float | None = None,
+        request_data: str = "",
+        forced_data: str = "",
+        forcing_data: str = "",
     ) -> Refused | None:
         """Move a run that has not ended to ``canceled`` (its lease, if any, is
         fenced out; its pending intents are canceled). `TRANSITION` for an
-        ended run, so also when repeated."""
+        ended run, so also when repeated.
+
+        With `grace_until`, a run that has started (running, replaying or
+        waiting) and has no cancel request yet gets one instead: its reason
+        and deadline are kept on the run (`StoredRun.cancel_reason`,
+        `cancel_deadline`), a ``run.cancel_requested`` event (`request_data`)
+        is written, a waiting run is woken, and the flow is given the cancel at
+        its next activation (`renew` reports it to the worker holding the
+        lease). At `grace_until`, `tick` forces the cancel (``run.canceled``
+        with `forced_data`). A cancel of a run that has a request forces it at
+        once, keeping the request's reason (``run.canceled`` with
+        `forcing_data`); so does one of a pending run or one without
+        `grace_until` (`event_data`). Also when the flow ends after it was given
+        the cancel, the run ends ``canceled`` (`finish`)."""
         ...
 
     async def resume(

@@ -19,6 +19,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
 
 from stores import _codec, _decode
+from stores._children import Children
 from stores._codec import num
 from stores._control import Control
 from stores._events import Events
@@ -40,6 +41,7 @@ from stores.protocol import (
     Parked,
     Refusal,
     Refused,
+    Renewal,
     RunStatus,
     StartOutcome,
     StepEvent,
@@ -49,7 +51,7 @@ from stores.protocol import (
 __all__ = ["RedisStore"]
 
 
-class RedisStore(Reads, Control, Outbox, Workers, Events):
+class RedisStore(Reads, Control, Outbox, Workers, Events, Children):
     """Steadyflow's storage on Redis (or on fakeredis, for ``memory://``).
 
     Args:
@@ -428,19 +430,21 @@ class RedisStore(Reads, Control, Outbox, Workers, Events):
         )
         _decode.corrupt(run_id, reply)
 
-    async def renew(self, leases: Sequence[tuple[str, int]], expiry: float) -> list[str]:
+    async def renew(self, leases: Sequence[tuple[str, int]], expiry: float) -> Renewal:
         by_part: dict[int, list[str]] = {}
         for run_id, fence in leases:
             by_part.setdefault(self.keys.partition(run_id), []).extend((run_id, str(fence)))
         lost: list[str] = []
+        asked: list[str] = []
         for p, flat in by_part.items():
             reply = await self._call(
                 "renew", [self._anchor(p)], [self.keys.base(p), num(expiry), *flat]
             )
             if reply and reply[0] == "err":
                 _decode.corrupt("", reply)
-            lost += reply
-        return lost
+            lost += reply[0]
+            asked += reply[1]
+        return Renewal(lost, dict(zip(asked[::2], asked[1::2], strict=True)))
 
     async def tick(
         self, now: float, max_recoveries: int, recovery_error: str, limit: int = 100

@@ -156,8 +156,9 @@ class FlowTestEnv:
         Moving the clock fires the deadlines of running step attempts
         (``@step(timeout=...)``) at once. While a `run_until_idle` is under way,
         this also makes the worker renew its leases (it stayed alive through
-        the jump) and fire the store's due timers and run timeouts now (the
-        pass may be waiting on a running step), then joins it.
+        the jump; its renewal also hands a cancel request to the activation of
+        its run) and fire the store's due timers, run timeouts and cancel grace
+        deadlines now (the pass may be waiting on a running step), then joins it.
         """
         under_way = self._pass is not None and not self._pass.done()
         if under_way:

@@ -22,7 +22,7 @@ from typing import TypeVar
 
 import attrs
 
-from sdk import current_step, flow, sleep, step, wait_for_event
+from sdk import current_step, flow, run_child, sleep, step, wait_for_event
 
 ROOT = Path(__file__).resolve().parent.parent  # the worker runs here: `tests.crashflows` imports
 STEADYFLOW = str(Path(sys.executable).with_name("steadyflow"))  # the installed console script
@@ -134,6 +134,38 @@ async def await_payment(markers: str, batch: str) -> object:
     return data
 
 
+@flow
+async def priced(markers: str, item: int) -> int:
+    await note(markers, f"child-{item}")
+    return item * 10
+
+
+@flow
+async def fan_out(markers: str, n: int) -> int:
+    totals = await asyncio.gather(*(run_child(priced, markers, i) for i in range(n)))
+    return sum(totals)
+
+
+def _die_before_journaling_children(flag: str) -> None:
+    """Make this worker SIGKILL itself once it has started a fan-out's children and
+    before it journals them (the ``CRASHFLOWS_DIE_BEFORE_CHILD_RECORD`` test hook)."""
+    from stores.redis import RedisStore
+
+    started = RedisStore.create_runs
+
+    async def create_then_die(self: RedisStore, *args: object, **kwargs: object) -> object:
+        out = await started(self, *args, **kwargs)  # type: ignore[arg-type]
+        Path(flag).write_text(str(os.getpid()), encoding="utf-8")  # noqa: ASYNC240 (then death)
+        os.kill(os.getpid(), signal.SIGKILL)
+        return out
+
+    RedisStore.create_runs = create_then_die  # type: ignore[assignment,method-assign]
+
+
+if os.environ.get("CRASHFLOWS_DIE_BEFORE_CHILD_RECORD"):
+    _die_before_journaling_children(os.environ["CRASHFLOWS_DIE_BEFORE_CHILD_RECORD"])
+
+
 #: A process that sends one event (argv: store URL, prefix, batch, event id), then
 #: exits; a test SIGKILLs it while its deliveries are under way.
 SENDER = """
@@ -157,21 +189,23 @@ class WorkerProcess:
     """One ``python -m sdk.worker tests.crashflows`` process (or `module`), its output in a file."""
 
     def __init__(
-        self, store_url: str, prefix: str, log: Path, *extra: str, module: str = "tests.crashflows"
-    ) -> None:
+        self, store_url: str, prefix: str, log: Path, *extra: str,
+        module: str = "tests.crashflows", env: dict[str, str] | None = None,
+    ) -> None:  # fmt: skip
         self.args = [
             sys.executable, "-m", "sdk.worker", module,
             "--store", store_url, "--prefix", prefix,
             "--lease-ttl", "1", "--concurrency", "4", *extra,
         ]  # fmt: skip
         self.log_path = log
+        self.env = env or {}
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> WorkerProcess:
         with open(self.log_path, "ab") as out:
             self.proc = subprocess.Popen(
                 self.args, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
             )  # fmt: skip
         return self
 
@@ -237,9 +271,13 @@ class Workers:
         self.logs = logs
         self.started: list[WorkerProcess] = []
 
-    def spawn(self, *extra: str, module: str = "tests.crashflows") -> WorkerProcess:
+    def spawn(
+        self, *extra: str, module: str = "tests.crashflows", env: dict[str, str] | None = None
+    ) -> WorkerProcess:
         log = self.logs / f"worker-{len(self.started) + 1}.log"
-        worker = WorkerProcess(self.store_url, self.prefix, log, *extra, module=module).start()
+        worker = WorkerProcess(
+            self.store_url, self.prefix, log, *extra, module=module, env=env
+        ).start()
         self.started.append(worker)
         return worker
 

@@ -101,7 +101,7 @@ async def test_allowed_actions_record_their_actor_in_the_event_log() -> None:
         handle = await env.start(signalled)
         await env.run_until_idle()
         client = Client(env.store, Policy(lambda actor, act: actor == "ops"), clock=env.clock)
-        await client.cancel(handle.run_id, reason="wrong order", actor="ops")
+        await client.cancel(handle.run_id, reason="wrong order", actor="ops", grace=0)
         await client.resume(handle.run_id, actor="ops")
         await client.signal(handle.run_id, "go", 7, dedup_id="d1", actor="ops")
         await env.run_until_idle()
@@ -133,7 +133,7 @@ async def test_force_resume_asks_for_force_resume_and_is_recorded() -> None:
     async with FlowTestEnv() as env:
         handle = await env.start(signalled)
         await env.run_until_idle()
-        await env.client.cancel(handle.run_id, reason="paused")
+        await env.client.cancel(handle.run_id, reason="paused", grace=0)
         client = Client(
             env.store, Policy(lambda actor, act: act == "force_resume"), clock=env.clock
         )

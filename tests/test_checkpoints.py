@@ -377,7 +377,7 @@ async def test_canceling_a_waiting_run_takes_the_run_finished_checkpoint(
         handle = await env.start(signal_wait)
         await env.run_until_idle()
         env.clock.advance(5)
-        await env.client.cancel(handle.run_id, reason="no longer needed")
+        await env.client.cancel(handle.run_id, reason="no longer needed", grace=0)
 
         cps = await checked(env, handle.run_id)
         assert [(c.kind, c.status) for c in cps] == [
@@ -529,7 +529,7 @@ async def test_resuming_a_canceled_run_continues_from_the_checkpoint_before_its_
     async with FlowTestEnv(FakeClock(START), store=store) as env:
         handle = await env.start(signal_wait)
         await env.run_until_idle()
-        await env.client.cancel(handle.run_id, reason="oops")
+        await env.client.cancel(handle.run_id, reason="oops", grace=0)
         assert (await env.client.get(handle.run_id)).checkpoint_head == "4"
 
         await env.client.resume(handle.run_id, actor="ops")

@@ -23,6 +23,13 @@ def section_code(title: str) -> str:
 
 
 @pytest.mark.xdist_group("docs-composition")  # the snippets register flows once per process
+async def test_the_child_flows_snippets_run() -> None:
+    namespace: dict[str, Any] = {"__name__": "docs_composition_children"}
+    exec(compile(section_code("Child flows"), str(PAGE), "exec"), namespace)
+    await namespace["main"]()
+
+
+@pytest.mark.xdist_group("docs-composition")
 async def test_the_events_matched_by_a_key_snippets_run() -> None:
     namespace: dict[str, Any] = {"__name__": "docs_composition_events"}
     exec(compile(section_code("Events matched by a key"), str(PAGE), "exec"), namespace)

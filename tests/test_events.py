@@ -286,7 +286,7 @@ async def test_cancel_logs_its_reason_and_actor(store: RedisStore) -> None:
         handle = await env.start(order, "o-1")
         await env.run_until_idle()
         env.clock.advance(7)
-        await env.client.cancel(handle.run_id, reason="customer called", actor="ops")
+        await env.client.cancel(handle.run_id, reason="customer called", actor="ops", grace=0)
         last = (await all_events(env.client, handle.run_id))[-1]
 
     assert (last.type, last.at, last.step_key) == ("run.canceled", at(7), None)

@@ -296,7 +296,8 @@ async def test_checkout_cancel_while_waiting_for_review_ends_the_run_canceled(
     assert await client.handle("co-1").status() is RunStatus.CANCELED
     with pytest.raises(RunCanceled, match="customer changed their mind"):
         await client.handle("co-1").result()
-    # Cancel is a hard stop: no further step runs, not even the release.
+    # checkout does not catch the cancel (examples/orders.py does): no further step
+    # runs, not even the release.
     assert gateway.released == []
     assert gateway.captured == []
     with pytest.raises(InvalidTransition):

@@ -194,7 +194,7 @@ async def test_cancel_while_a_step_runs_keeps_its_result_out_of_the_journal(
     task = asyncio.create_task(worker.run_until_idle())
     await asyncio.wait_for(gate.started.wait(), WAKE)
 
-    await client.cancel("canceled-run", reason="customer called")
+    await client.cancel("canceled-run", reason="customer called", grace=0)
     gate.release.set()
     await asyncio.wait_for(task, WAKE)
 

@@ -157,7 +157,7 @@ async def ended_runs(env: FlowTestEnv) -> dict[str, str]:
     bad = await env.start(failing, run_id="bad")
     gone = await env.start(waiting, run_id="gone")
     await env.run_until_idle()
-    await env.client.cancel(gone.run_id, reason="no longer needed")
+    await env.client.cancel(gone.run_id, reason="no longer needed", grace=0)
     assert await done.status() == "completed"
     assert await bad.status() == "failed"
     assert await gone.status() == "canceled"
@@ -178,7 +178,7 @@ async def test_terminal_states_are_immutable(store: RedisStore) -> None:
             with pytest.raises(InvalidTransition):
                 await env.client.approve(run_id, "go", actor="alice")
             with pytest.raises(InvalidTransition) as info:
-                await env.client.cancel(run_id, reason="again")
+                await env.client.cancel(run_id, reason="again", grace=0)
             assert (info.value.current, info.value.requested) == (status, "canceled")
         await env.advance(3600)
         assert await raw_state(env) == before  # nothing was written
@@ -193,7 +193,7 @@ async def test_cancel_of_a_waiting_run(store: RedisStore) -> None:
         await env.run_until_idle()
         assert await handle.status() == "waiting_for_signal"
 
-        await env.client.cancel(handle.run_id, reason="customer asked")
+        await env.client.cancel(handle.run_id, reason="customer asked", grace=0)
 
         record = await env.client.get(handle.run_id)
         assert record.status == "canceled"
@@ -233,7 +233,7 @@ async def test_cancel_of_a_human_wait() -> None:
         handle = await env.start(human_wait)
         await env.run_until_idle()
         assert await handle.status() == "waiting_for_human"
-        await env.client.cancel(handle.run_id, reason="expired offer")
+        await env.client.cancel(handle.run_id, reason="expired offer", grace=0)
         with pytest.raises(RunCanceled):
             await handle.result()
 
@@ -272,7 +272,7 @@ async def test_cancel_while_a_step_runs_refuses_the_activations_later_writes(
         worker = asyncio.create_task(env.run_until_idle())
         await asyncio.wait_for(GATE["started"].wait(), timeout=10)
 
-        await env.client.cancel(handle.run_id, reason="operator")
+        await env.client.cancel(handle.run_id, reason="operator", grace=0)
         GATE["release"].set()
         await asyncio.wait_for(worker, timeout=10)
 
@@ -312,7 +312,7 @@ async def test_resume_of_a_canceled_run_continues_where_it_was() -> None:
     async with FlowTestEnv() as env:
         handle = await env.start(waiting)
         await env.run_until_idle()
-        await env.client.cancel(handle.run_id, reason="oops")
+        await env.client.cancel(handle.run_id, reason="oops", grace=0)
         await env.client.resume(handle.run_id)
         await env.run_until_idle()
         assert await handle.status() == "waiting_for_signal"

@@ -321,7 +321,7 @@ async def test_canceling_a_run_cancels_its_pending_intents_and_none_is_delivered
         assert (await env.client.get("canceled")).status is RunStatus.WAITING_FOR_SIGNAL
         assert {i.status for i in await env.client.intents("canceled")} == {IntentStatus.PENDING}
 
-        await env.client.cancel("canceled", reason="customer left")
+        await env.client.cancel("canceled", reason="customer left", grace=0)
         worker = Worker(
             env.store, clock=env.clock, channels=[handler_for("email", email),
                                                   handler_for("sms", sms)],
@@ -342,7 +342,7 @@ async def test_resuming_a_canceled_run_delivers_its_canceled_intents() -> None:
     async with FlowTestEnv(channels=[]) as env:
         await env.start(then_wait, "o-6", run_id="resumed")
         await env.run_until_idle()
-        await env.client.cancel("resumed", reason="oops")
+        await env.client.cancel("resumed", reason="oops", grace=0)
         await env.client.resume("resumed")
         worker = Worker(env.store, clock=env.clock, channels=[handler_for("email", email), "sms"])
         await worker.run_until_idle()

@@ -268,7 +268,7 @@ async def test_canceling_a_parked_run_runs_none_of_its_cleanup_steps() -> None:
     async with FlowTestEnv() as env:
         handle = await env.start(cancel_cleanup)
         await env.run_until_idle()
-        await env.client.cancel(handle.run_id, reason="test")
+        await env.client.cancel(handle.run_id, reason="test", grace=0)
         await env.run_until_idle()
         assert await handle.status() == "canceled"
     assert RUNS == {"acquire k": 1}

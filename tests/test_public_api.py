@@ -29,6 +29,8 @@ DOCUMENTED_SDK = {
     "wait_for_event",
     # docs/composition.md "Continue-as-new" (issue 9)
     "continue_as_new",
+    # docs/composition.md "Child flows" (issue 9)
+    "start_child", "run_child", "ChildHandle",
 }  # fmt: skip
 
 
@@ -80,3 +82,9 @@ def test_step_timeout_is_a_public_timeout_error() -> None:
     assert "StepTimeout" in sdk.errors.__all__
     assert issubclass(sdk.errors.StepTimeout, TimeoutError)
     assert sdk.errors.__all__ == sorted(sdk.errors.__all__)
+
+
+def test_child_failed_is_a_public_run_failed() -> None:
+    # pinned by issue 9: sdk.errors.ChildFailed, a RunFailed
+    assert "ChildFailed" in sdk.errors.__all__
+    assert issubclass(sdk.errors.ChildFailed, sdk.errors.RunFailed)

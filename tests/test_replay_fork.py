@@ -734,7 +734,7 @@ async def test_a_replay_of_a_flow_with_retention_is_deleted_when_its_time_is_up(
         await env.client.replay("src", new_run_id="copy")
         await env.run_until_idle()
 
-        await env.client.cancel("copy", reason="not needed")
+        await env.client.cancel("copy", reason="not needed", grace=0)
         await env.advance(59)
         assert (await env.client.get("copy")).status == "canceled"
         await env.advance(1)

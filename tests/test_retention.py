@@ -201,7 +201,7 @@ async def test_retention_deletes_a_canceled_run_after_its_deadline() -> None:
     async with FlowTestEnv() as env:
         handle = await env.start(kept_waiting)
         await env.run_until_idle()
-        await env.client.cancel(handle.run_id, reason="changed my mind")
+        await env.client.cancel(handle.run_id, reason="changed my mind", grace=0)
 
         await env.advance(HOUR - 1)
         assert (await env.client.get(handle.run_id)).status is RunStatus.CANCELED
@@ -237,7 +237,7 @@ async def test_a_resumed_run_is_no_longer_due_for_deletion() -> None:
     async with FlowTestEnv() as env:
         handle = await env.start(kept_waiting)
         await env.run_until_idle()
-        await env.client.cancel(handle.run_id, reason="oops")
+        await env.client.cancel(handle.run_id, reason="oops", grace=0)
         await env.client.resume(handle.run_id)
         await env.run_until_idle()
 

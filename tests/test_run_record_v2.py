@@ -267,7 +267,7 @@ async def test_a_v1_failed_run_resumes_to_completion(store: RedisStore) -> None:
 async def test_a_v1_waiting_run_can_be_canceled_and_resumed(store: RedisStore) -> None:
     run_id = await load_v1(store, "waiting")
     async with FlowTestEnv(FakeClock(START), store=store) as env:
-        await env.client.cancel(run_id, reason="on hold", actor="ops")
+        await env.client.cancel(run_id, reason="on hold", actor="ops", grace=0)
         canceled = await env.client.get(run_id)
         await env.client.resume(run_id, actor="ops")
         await env.client.signal(run_id, "approved", "ok")
@@ -395,7 +395,7 @@ async def test_the_trace_id_is_kept_through_a_wait_and_a_resume(store: RedisStor
     async with FlowTestEnv(FakeClock(START), store=store) as env:
         handle = await env.start(waits, options=RunOptions(trace_id="t-1", thread_id="th-1"))
         await env.run_until_idle()
-        await env.client.cancel(handle.run_id, reason="pause")
+        await env.client.cancel(handle.run_id, reason="pause", grace=0)
         await env.client.resume(handle.run_id)
         await env.client.signal(handle.run_id, "go", "ada")
         await env.run_until_idle()

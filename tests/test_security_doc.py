@@ -123,11 +123,11 @@ async def test_the_app_user_runs_every_operation_and_the_read_user_reads(
             copy = await env.client.replay("sd-1", actor="ops")
             await env.run_until_idle()
             forked = await env.client.fork("sd-1", actor="ops", priority=3)
-            await env.client.cancel(forked.run_id, reason="not needed", actor="ops")
+            await env.client.cancel(forked.run_id, reason="not needed", actor="ops", grace=0)
             await env.client.resume(forked.run_id, actor="ops")
-            await env.client.cancel(forked.run_id, reason="still not", actor="ops")
+            await env.client.cancel(forked.run_id, reason="still not", actor="ops", grace=0)
             await env.client.delete(forked.run_id, actor="ops")
-            await env.client.cancel(copy.run_id, reason="enough", actor="ops")
+            await env.client.cancel(copy.run_id, reason="enough", actor="ops", grace=0)
             await env.client.delete(copy.run_id, actor="ops")
             await env.advance(61)  # the retention sweep deletes sd-1
 

@@ -165,6 +165,7 @@ local function unqueue(id)
   redis.call('ZREM', P .. K.timers, id)
   redis.call('ZREM', P .. K.leases, id)
   redis.call('ZREM', P .. K.deadlines, id)
+  redis.call('ZREM', P .. K.cancels, id)
   redis.call('DEL', P .. K.waits .. id)
   redis.call('HDEL', key, 'lease_owner', 'lease_exp')
 end
@@ -260,9 +261,41 @@ end
 
 -- A one-element list: waiters read it without taking it (BRPOPLPUSH onto
 -- itself), so every waiter wakes; ~200 bytes where a one-entry stream took ~4.7 KB.
-local function finished(id, status)
+-- A JSON string of an id or a name (check_id: they hold no control character).
+local function jstr(s) return '"' .. string.gsub(s, '[\\"]', '\\%0') .. '"' end
+
+-- An engine-internal outbox intent (channel '~child' or '~cascade', served by
+-- every worker): not listed in the run's intent set, so it is in no event log,
+-- not canceled with the run, and dropped once delivered.
+local function internal_intent(id, channel, payload, now)
+  local iid = string.format('%.0f', redis.call('INCR', P .. K.intent_seq))
+  local body = '{"channel":"' .. channel .. '","payload":' .. payload .. ',"idempotency_key":'
+    .. jstr(channel .. ':' .. id) .. ',"created_at":' .. now .. ',"step_key":""}'
+  redis.call('HSET', P .. K.intent .. iid, 'run', id, 'step', '', 'channel', channel, 'body', body,
+             'tail', '"channel":"' .. channel .. '"}', 'status', 'pending', 'n', '0', 'f', '0',
+             'at', now, 'due', now)
+  redis.call('ZADD', P .. K.outbox .. channel, now, iid)
+  local w = P .. K.outbox_wake .. channel
+  redis.call('LPUSH', w, '1')
+  redis.call('LTRIM', w, 0, 1023)
+end
+
+-- A run ended: the notice its waiters read. With `now` (every end but the
+-- archiving of a generation): a child flow's parent is told (its ~child intent),
+-- and a canceled run that started children (field kids) cancels them (its
+-- ~cascade intent).
+local function finished(id, status, now)
   redis.call('DEL', P .. K.done .. id)
   redis.call('RPUSH', P .. K.done .. id, status)
+  if not now then return end
+  local parent = redis.call('HGET', rk(id), 'parent') or redis.call('HGET', P .. K.gone .. id, 'parent')
+  if parent then
+    internal_intent(id, '~child', '{"parent":' .. jstr(parent) .. ',"child":' .. jstr(id)
+      .. ',"mailbox":' .. jstr('~child:' .. id) .. '}', now)
+  end
+  if status == 'canceled' and redis.call('HGET', rk(id), 'kids') then
+    internal_intent(id, '~cascade', '{"run_id":' .. jstr(id) .. '}', now)
+  end
 end
 
 -- Outbox. An intent is a hash of its own (ik), listed in its run's set and,
@@ -363,7 +396,9 @@ local function purge(id)
     for s in pairs(ALLOWED) do redis.call('ZREM', P .. K.status .. s, id) end
   end
   if q then redis.call('ZREM', P .. K.queue .. q, id) end
-  for _, z in ipairs({K.runs, K.timers, K.leases, K.expiry, K.deadlines}) do
+  local parent = not mistyped(key, 'hash') and redis.call('HGET', key, 'parent')
+  if parent then redis.call('ZREM', P .. K.children .. parent, id) end
+  for _, z in ipairs({K.runs, K.timers, K.leases, K.expiry, K.deadlines, K.cancels}) do
     redis.call('ZREM', P .. z, id)
   end
   local names = P .. K.mailboxes .. id
@@ -410,7 +445,7 @@ local function entomb(id, now, grace)
   end
   delete_run(id, now, '{"reason":"delete_on_success"}')
   redis.call('HSET', P .. K.gone .. id, unpack(kept))
-  finished(id, 'completed')
+  finished(id, 'completed', now)
   redis.call('ZADD', P .. K.expiry, grace, id)
 end
 
@@ -512,13 +547,14 @@ local function repair(now, limit, note)
 end
 
 -- Fire due timers, recover runs whose lease expired, fail runs whose timeout
--- passed, delete runs whose retention ended, and run the repair pass. Returns
--- fired (timers and timeouts), recovered, next timer or run deadline due ('' if
--- none), next lease expiry ('' if none), repaired, and the
--- runs found damaged (id, key, what is wrong, ...): they are taken off the
--- index that found them and left for the worker to fail (quarantine.lua).
+-- passed, force cancels whose grace ran out, delete runs whose retention
+-- ended, and run the repair pass. Returns fired (timers, timeouts and forced
+-- cancels), recovered, next timer, run deadline or grace deadline due ('' if
+-- none), next lease expiry ('' if none), repaired, and the runs found damaged
+-- (id, key, what is wrong, ...): they are taken off the index that found them
+-- and left for the worker to fail (quarantine.lua).
 local function maintain(now, limit, max_recoveries, recovery_error)
-  local fired, recovered, timed_out = 0, 0, 0
+  local fired, recovered, timed_out, forced = 0, 0, 0, 0
   local damage = {}
   local function note(id, key, what)
     damage[#damage + 1] = id
@@ -554,7 +590,7 @@ local function maintain(now, limit, max_recoveries, recovery_error)
         unqueue(id)
         emit(id, 'run.failed', now, '', recovery_error)
         checkpoint(id, 'run_finished', '', 'failed', now)
-        finished(id, 'failed')
+        finished(id, 'failed', now)
       else
         move(id, 'replaying')
         emit(id, 'run.lease_expired', now, '', '')
@@ -585,8 +621,35 @@ local function maintain(now, limit, max_recoveries, recovery_error)
       unqueue(id)
       emit(id, 'run.failed', now, '', why)
       checkpoint(id, 'run_finished', '', 'failed', now)
-      finished(id, 'failed')
+      finished(id, 'failed', now)
       timed_out = timed_out + 1
+    end
+  end
+  -- Cancel requests whose grace ran out (Client.cancel(grace=)): the cancel is
+  -- forced, as cancel.lua does at once (a hung cleanup cannot keep the run alive;
+  -- its activation is fenced out). The event data was made with the request.
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', P .. K.cancels, '-inf', now, 'LIMIT', 0, limit)) do
+    redis.call('ZREM', P .. K.cancels, id)
+    local key, bad, st = damaged(id)
+    if not bad and st and not TERMINAL[st] then
+      key, bad = mistyped_any({P .. K.events .. id, 'stream', P .. K.checkpoints .. id, 'stream'})
+      if not bad then key, bad = intents_mistyped(id) end
+    end
+    if bad then
+      note(id, key, bad)
+    elseif st and not TERMINAL[st] and st ~= 'pending' then
+      key = rk(id)
+      move(id, 'canceled')
+      redis.call('HSET', key, 'reason', redis.call('HGET', key, 'cancel_reason') or 'canceled',
+                 'finished_at', now)
+      redis.call('HINCRBY', key, 'fence', 1)
+      unqueue(id)
+      emit(id, 'run.canceled', now, '', redis.call('HGET', key, 'cancel_ev') or '')
+      cancel_intents(id, now)
+      checkpoint(id, 'run_finished', '', 'canceled', now)
+      finished(id, 'canceled', now)
+      expire(id, now)
+      forced = forced + 1
     end
   end
   -- Retention: delete runs whose time is up, and tombstones whose grace is.
@@ -613,7 +676,9 @@ local function maintain(now, limit, max_recoveries, recovery_error)
   -- a run's deadline is a timer too: the worker wakes for the earliest of them
   local nd = redis.call('ZRANGE', P .. K.deadlines, 0, 0, 'WITHSCORES')
   if nd[2] and (not nt[2] or tonumber(nd[2]) < tonumber(nt[2])) then nt = nd end
-  return fired + timed_out, recovered, nt[2] or '', nl[2] or '', repaired, damage
+  nd = redis.call('ZRANGE', P .. K.cancels, 0, 0, 'WITHSCORES')
+  if nd[2] and (not nt[2] or tonumber(nd[2]) < tonumber(nt[2])) then nt = nd end
+  return fired + timed_out + forced, recovered, nt[2] or '', nl[2] or '', repaired, damage
 end
 
 -- The first ready run of queue `q` this worker may take: of a flow in

@@ -26,6 +26,6 @@ if ARGV[4] == 'completed' and ARGV[7] ~= '' then
   entomb(id, ARGV[5], ARGV[7])
   return 1
 end
-finished(id, ARGV[4])
+finished(id, ARGV[4], ARGV[5])
 expire(id, ARGV[5], ARGV[8])
 return 1

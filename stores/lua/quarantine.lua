@@ -35,5 +35,5 @@ if not mistyped(P .. K.events .. id, 'stream') then emit(id, 'run.failed', now, 
 if (not cp or isint(cp)) and not mistyped(P .. K.checkpoints .. id, 'stream') then
   checkpoint(id, 'run_finished', '', 'failed', now)
 end
-finished(id, 'failed')
+finished(id, 'failed', now)
 return 1

@@ -20,5 +20,7 @@ where, bad = mistyped_any(wants)
 if bad then return err('corrupt', where, bad) end
 journaled(id, run, KEYS[2], ARGV[4], ARGV[5], stepcp and ARGV[6] or nil)
 if ARGV[7] ~= '' then emit(id, ARGV[7], ARGV[6], ARGV[4], ARGV[8], run[3]) end
+-- a run that started a child flow: canceling it cancels its children (finished)
+if ARGV[7] == 'child.started' then redis.call('HSET', KEYS[1], 'kids', '1') end
 if ARGV[9] ~= '' and not stepcp then checkpoint(id, ARGV[9], ARGV[4], 'running', ARGV[6]) end
 return 1

@@ -45,5 +45,7 @@ redis.call('DEL', P .. K.waits .. id)
 redis.call('ZREM', P .. K.timers, id)
 -- an ended run starts over with its whole timeout; a waiting one keeps its deadline
 if TERMINAL[st] then arm(id, ARGV[4]) end
+-- an ended run's cancel request is over (a waiting one's still stands)
+if TERMINAL[st] then redis.call('HDEL', KEYS[1], 'cancel_reason', 'cancel_at', 'cancel_ev') end
 enqueue(id)
 return {1}

@@ -17,6 +17,8 @@ redis.call('HSET', key, unpack(fields))
 move(id, 'pending')
 local created = redis.call('HGET', key, 'created_at')
 redis.call('ZADD', P .. K.runs, created, id)
+local parent = redis.call('HGET', key, 'parent')
+if parent then redis.call('ZADD', P .. K.children .. parent, created, id) end
 emit(id, 'run.created', created, '', ARGV[4])
 enqueue(id)
 return {1, 'pending'}

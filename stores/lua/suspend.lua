@@ -34,6 +34,11 @@ for _ = 1, tonumber(ARGV[7]) do
   i = i + 2
 end
 local ready = ARGV[5] ~= '' and tonumber(ARGV[4]) >= tonumber(ARGV[5])
+-- a cancel request the flow was not given yet (it came in after the activation
+-- looked): run again at once, to give it
+if redis.call('HGET', KEYS[1], 'cancel_at') and not redis.call('HGET', KEYS[2], '~cancel') then
+  ready = true
+end
 local boxes = {}
 local nbox = tonumber(ARGV[i])
 for j = i + 1, i + nbox do

@@ -35,6 +35,7 @@ _absent = missing("pytest_asyncio", "freezegun")
 if _absent:  # an ImportError, as for any optional dependency
     raise ImportError(needs_extra("testing.conformance", _absent))
 
+from testing.conformance._cancels import CancelRequestChecks  # noqa: E402
 from testing.conformance._claims import ClaimChecks  # noqa: E402
 from testing.conformance._consume import ConsumeChecks  # noqa: E402
 from testing.conformance._continue import ContinueChecks  # noqa: E402
@@ -78,6 +79,7 @@ class StoreConformance(
     WorkerChecks,
     EventChecks,
     ContinueChecks,
+    CancelRequestChecks,
 ):
     """Every check of the store protocol, for pytest to collect in a subclass.
 
