@@ -31,8 +31,10 @@ from sdk._primitives import (
     wait_for,
     wait_for_event,
 )
+from sdk._queues import Queue, QueueInfo, RateLimit
 from sdk._registry import Registry
 from sdk._retry import RetryPolicy
+from sdk._schedules import ScheduleInfo, scheduled
 from sdk._step import step
 from sdk._types import (
     Checkpoint,
@@ -64,6 +66,9 @@ __all__ = [
     "EventType",
     "Intent",
     "IntentStatus",
+    "Queue",
+    "QueueInfo",
+    "RateLimit",
     "Reason",
     "Registry",
     "RetryPolicy",
@@ -72,6 +77,7 @@ __all__ = [
     "RunOptions",
     "RunRecord",
     "RunStatus",
+    "ScheduleInfo",
     "Serializer",
     "StepContext",
     "SystemClock",
@@ -86,6 +92,7 @@ __all__ = [
     "flow",
     "now",
     "run_child",
+    "scheduled",
     "sleep",
     "sleep_until",
     "start_child",

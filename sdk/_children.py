@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Coroutine
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
@@ -140,6 +141,9 @@ def start_child(
     tenant_id: str | None = None,
     options: RunOptions | None = None,
     parent_close: str = "cancel",
+    concurrency_key: str | None = None,
+    start_at: datetime | None = None,
+    start_in: float | timedelta | None = None,
     **kwargs: Any,
 ) -> Coroutine[Any, Any, ChildHandle]:
     """Start `flow` as a child of the current run; return its `ChildHandle`.
@@ -161,6 +165,9 @@ def start_child(
             of runs shares one trace.
         parent_close: ``"cancel"`` (default): canceling the parent cancels this
             child if it has not ended; ``"abandon"``: the child runs on.
+        concurrency_key, start_at, start_in: as for `Client.start` (a child is
+            never refused by its queue's ``max_pending``: it is part of work
+            already admitted).
 
     Example::
 
@@ -189,6 +196,8 @@ def start_child(
         queue=queue, tenant_id=tenant_id if tenant_id is not None else stored.tenant_id,
         options=opts, now=0.0, parent_run_id=act.run_id,
         tree_root_run_id=stored.tree_root_run_id or act.run_id, abandon=parent_close == "abandon",
+        concurrency_key=concurrency_key, start_at=start_at, start_in=start_in,
+        queues=act.engine.registry.queues(),
     )  # fmt: skip
     return act.start_child(new, fd, run_id is not None)  # (the default id: from the key)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import cattrs
@@ -28,14 +28,22 @@ from sdk._clock import Clock, SystemClock, seconds
 from sdk._flowdef import FlowDef
 from sdk._history import History
 from sdk._lineage import Lineages
+from sdk._queuing import Queuing
 from sdk._registry import Registry
 from sdk._runs import DEFAULT_CANCEL_GRACE, cancel_run, raise_refused, refusal_error
+from sdk._schedclient import ScheduleClient
 from sdk._sending import EventSending
 from sdk._serde import converter, dumps
 from sdk._starting import new_run
 from sdk._types import Decision, Reason, RunOptions, RunRecord, RunStatus
 from sdk._values import Serializer
-from sdk.errors import CorruptRecord, IdempotencyConflict, InvalidArgument, SerializationError
+from sdk.errors import (
+    CorruptRecord,
+    IdempotencyConflict,
+    InvalidArgument,
+    QueueFull,
+    SerializationError,
+)
 from stores.protocol import CorruptData, Mailbox, Refused
 
 if TYPE_CHECKING:
@@ -44,7 +52,7 @@ if TYPE_CHECKING:
 __all__ = ["Authorizer", "Client", "RunHandle"]
 
 
-class Client(History, Lineages, EventSending):
+class Client(History, Lineages, EventSending, Queuing, ScheduleClient):
     """Starts and steers runs.
 
     Args:
@@ -90,6 +98,9 @@ class Client(History, Lineages, EventSending):
         queue: str | None = None,
         tenant_id: str | None = None,
         options: RunOptions | None = None,
+        concurrency_key: str | None = None,
+        start_at: datetime | None = None,
+        start_in: float | timedelta | None = None,
         **kwargs: Any,
     ) -> RunHandle:
         """Start a run of `flow` (a `@flow` function or a registered flow name).
@@ -105,10 +116,21 @@ class Client(History, Lineages, EventSending):
             tenant_id: recorded on the run (and on each of its events).
             options: `RunOptions`: thread, trace id, environment, versions, policy
                 snapshot, recorded on the run.
+            concurrency_key: counted against the queue's ``key_concurrency``
+                (e.g. a tenant id: one tenant cannot take every slot).
+            start_at: a timezone-aware datetime: the run stays ``pending`` on a
+                durable timer until then, and is queued then.
+            start_in: the same, in seconds (or a `timedelta`) from now. Not with
+                `start_at`.
+
+        Raises:
+            QueueFull: the queue holds its ``Queue(max_pending=...)`` ready runs
+                (the queue as declared in the client's registry); nothing was written.
         """
         handle, _ = await self._start(
             flow, args, kwargs, run_id=run_id, priority=priority, queue=queue,
-            tenant_id=tenant_id, options=options,
+            tenant_id=tenant_id, options=options, concurrency_key=concurrency_key,
+            start_at=start_at, start_in=start_in,
         )  # fmt: skip
         return handle
 
@@ -116,7 +138,8 @@ class Client(History, Lineages, EventSending):
         self, flow: Callable[..., Any] | str, args: tuple[Any, ...], kwargs: dict[str, Any], *,
         run_id: str | None, priority: int = 0, queue: str | None = None,
         tenant_id: str | None = None, options: RunOptions | None = None,
-        cause: dict[str, Any] | None = None,
+        cause: dict[str, Any] | None = None, concurrency_key: str | None = None,
+        start_at: datetime | None = None, start_in: float | timedelta | None = None,
     ) -> tuple[RunHandle, bool]:  # fmt: skip
         """`start`, also saying whether it created the run; `cause` joins the
         ``run.created`` event's data (e.g. the event that started it)."""
@@ -125,12 +148,19 @@ class Client(History, Lineages, EventSending):
         new = new_run(
             fd, args, kwargs, self.serializer, run_id=run_id, priority=priority, queue=queue,
             tenant_id=tenant_id, options=options, now=self.clock.time(),
+            concurrency_key=concurrency_key, start_at=start_at, start_in=start_in,
+            queues=self.registry.queues(),
         )  # fmt: skip
+        declared = self.registry.queues().get(new.queue)
         try:
             data = {"flow": new.flow, "queue": new.queue, "priority": priority, **(cause or {})}
-            outcome = await self.store.create_run(new, dumps(data))
+            outcome = await self.store.create_run(
+                new, dumps(data), max_pending=declared.max_pending if declared else None
+            )
         except CorruptData as exc:  # the run id is taken by a damaged run
             raise CorruptRecord(exc.run_id, exc.key, exc.detail) from None
+        if outcome.full is not None:
+            raise QueueFull(new.queue, outcome.full)
         if outcome.conflict:
             raise IdempotencyConflict(
                 f"run {run_id!r} already exists with different arguments or flow"

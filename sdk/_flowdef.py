@@ -13,6 +13,7 @@ import attrs
 import wrapt
 
 from sdk._checks import check_id, check_optional_id, check_timeout
+from sdk._queues import Queue
 from sdk._registry import Registry
 from sdk._retry import RetryPolicy
 from sdk._serde import dumps, loads, return_type
@@ -27,8 +28,9 @@ R = TypeVar("R")
 #: Keyword names `Client.start` (and `start_child`: ``parent_close``) take for
 #: themselves; a flow parameter may not use them.
 RESERVED_OPTIONS = frozenset(
-    {"run_id", "priority", "queue", "tenant_id", "options", "parent_close"}
-)
+    {"run_id", "priority", "queue", "tenant_id", "options", "parent_close",
+     "concurrency_key", "start_at", "start_in"}
+)  # fmt: skip
 
 #: Seconds a run deleted on success (``@flow(delete_on_success=True)``) keeps a
 #: tombstone (its record without arguments) and its done notice, so that
@@ -51,6 +53,7 @@ class FlowDef:
     retention: float | None = None  # seconds a completed or canceled run is kept
     on_event: str | None = None  # each event of this name starts a run (Client.send_event)
     timeout: float | None = None  # seconds from a run's start until it fails timed_out
+    queue_def: Queue | None = None  # @flow(queue=Queue(...)): registered with the flow
     _hints: dict[str, Any] | None = None
     _rtype: Any = attrs.field(default=None)
     _rtype_done: bool = False
@@ -193,7 +196,7 @@ def flow(
     name: str | None = None,
     version: str | None = None,
     retry: RetryPolicy | None = None,
-    queue: str = "default",
+    queue: str | Queue = "default",
     optional_checkpoints: bool = False,
     delete_on_success: bool = False,
     retention: float | timedelta | None = None,
@@ -210,7 +213,7 @@ def flow(
     name: str | None = None,
     version: str | None = None,
     retry: RetryPolicy | None = None,
-    queue: str = "default",
+    queue: str | Queue = "default",
     optional_checkpoints: bool = False,
     delete_on_success: bool = False,
     retention: float | timedelta | None = None,
@@ -224,7 +227,8 @@ def flow(
         name: registry name; default ``f"{module}.{qualname}"``.
         version: recorded on every run.
         retry: default `RetryPolicy` for the flow's steps (none: run once).
-        queue: the queue its runs go to unless `Client.start` says otherwise.
+        queue: the queue its runs go to unless `Client.start` says otherwise: a
+            name, or a `Queue` (its limits), registered with the flow.
         optional_checkpoints: also checkpoint (and log) when each step starts and
             when a retry is scheduled; costs one round trip per step.
         delete_on_success: delete a run's data as it completes (in the same
@@ -261,7 +265,8 @@ def flow(
         if not inspect.iscoroutinefunction(fn):
             raise InvalidArgument(f"@flow needs an async def; {fn.__qualname__} is not one")
         fname = check_id(name or f"{fn.__module__}.{fn.__qualname__}", "@flow: name")
-        check_id(queue, f"flow {fname!r}: queue")
+        qdef = queue if isinstance(queue, Queue) else None
+        qname = qdef.name if qdef is not None else check_id(queue, f"flow {fname!r}: queue")
         check_optional_id(version, f"flow {fname!r}: version")
         sig = inspect.signature(fn)
         clash = RESERVED_OPTIONS.intersection(sig.parameters)
@@ -282,8 +287,8 @@ def flow(
                     "one argument"
                 ) from None
         fd = FlowDef(
-            fname, fn, version, retry, queue, sig, optional_checkpoints,
-            bool(delete_on_success), keep, on_event=on_event, timeout=limit,
+            fname, fn, version, retry, qname, sig, optional_checkpoints,
+            bool(delete_on_success), keep, on_event=on_event, timeout=limit, queue_def=qdef,
         )  # fmt: skip
 
         @wrapt.decorator

@@ -44,7 +44,7 @@ class History(ClientBase):
         try:
             raw = await self.store.events(run_id, cursor, limit)
             trace = stored.trace_id or run_id
-            return [_event(r, trace, stored.tenant_id, self.store) for r in raw]
+            return [_event(r, trace, stored.tenant_id, self.store, stored.schedule_id) for r in raw]
         except CorruptData as e:  # the next page starts after the entry it names
             raise CorruptRecord(e.run_id, e.key, e.detail) from None
 
@@ -139,7 +139,11 @@ def _intent(run_id: str, row: StoredIntent) -> Intent:
 
 
 def _event(
-    raw: StoredEvent, trace_id: str | None, tenant_id: str | None, store: Store | None = None
+    raw: StoredEvent,
+    trace_id: str | None,
+    tenant_id: str | None,
+    store: Store | None = None,
+    schedule_id: str | None = None,
 ) -> Event:
     try:
         data = loads(raw.data) if raw.data else None
@@ -158,5 +162,7 @@ def _event(
         correlation={
             "run_id": raw.run_id, "trace_id": trace_id, "tenant_id": tenant_id,
             "step_key": raw.step_key,
+            # a schedule's tick run: its schedule (`RunRecord.schedule_id`)
+            **({"schedule_id": schedule_id} if schedule_id is not None else {}),
         },
     )  # fmt: skip

@@ -25,6 +25,7 @@ from sdk.errors import FlowNotFound, RegistryConflict
 if TYPE_CHECKING:
     from sdk._flowdef import FlowDef
     from sdk._outbox import ChannelDef
+    from sdk._queues import Queue
 
 __all__ = ["Registry", "channel_def_of", "flow_def_of", "same_function"]
 
@@ -70,6 +71,7 @@ class Registry:
     def __init__(self, *definitions: Callable[..., Any]) -> None:
         self._flows: dict[str, FlowDef] = {}
         self._channels: dict[str, ChannelDef] = {}
+        self._queues: dict[str, Queue] = {}
         self.add(*definitions)
 
     @classmethod
@@ -82,14 +84,20 @@ class Registry:
     def __repr__(self) -> str:
         return f"Registry(flows={sorted(self._flows)}, channels={sorted(self._channels)})"
 
-    def add(self, *definitions: Callable[..., Any]) -> None:
-        """Add decorated flows and channel handlers (already registered elsewhere, too).
+    def add(self, *definitions: Callable[..., Any] | Queue) -> None:
+        """Add decorated flows, channel handlers and `Queue` declarations (already
+        registered elsewhere, too).
 
         Raises:
-            TypeError: something that is neither a `flow` nor a `channel` handler.
-            RegistryConflict: a name taken by a different function.
+            TypeError: something that is neither a `flow`, a `channel` handler nor a `Queue`.
+            RegistryConflict: a name taken by a different function (or queue declaration).
         """
+        from sdk._queues import Queue
+
         for obj in definitions:
+            if isinstance(obj, Queue):
+                self.add_queue(obj)
+                continue
             fd = flow_def_of(obj)
             cdef = channel_def_of(obj) if fd is None else None
             if fd is not None:
@@ -108,7 +116,27 @@ class Registry:
                 f"{_where(fd.fn)} cannot take it (stored runs name their flow). Give one "
                 "of them another name: @flow(name=...)"
             )
+        if fd.queue_def is not None:
+            self.add_queue(fd.queue_def)
         self._flows[fd.name] = fd
+
+    def add_queue(self, queue: Queue) -> None:
+        """Declare a queue's limits (workers and clients of this registry use them).
+
+        Raises:
+            RegistryConflict: the name is declared with other limits.
+        """
+        known = self._queues.get(queue.name)
+        if known is not None and known != queue:
+            raise RegistryConflict(
+                f"queue {queue.name!r} is already declared as {known!r}; {queue!r} cannot "
+                "replace it (one declaration per queue in a registry)"
+            )
+        self._queues[queue.name] = queue
+
+    def queues(self) -> dict[str, Queue]:
+        """A snapshot of the declared queues, by name."""
+        return dict(self._queues)
 
     def add_channel(self, cdef: ChannelDef) -> None:
         """Register an outbox channel handler under its channel name."""

@@ -119,8 +119,11 @@ def run_record(stored: StoredRun) -> RunRecord:
         root_run_id=stored.root_run_id or stored.run_id,
         parent_run_id=stored.parent_run_id,
         tree_root_run_id=stored.tree_root_run_id,
+        schedule_id=stored.schedule_id,
         format_version=stored.format_version,
         damage=damage,
+        concurrency_key=stored.concurrency_key,
+        start_at=timestamp(stored.start_at),
     )
 
 

@@ -5,13 +5,26 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+from collections.abc import Mapping
+from datetime import datetime, timedelta
 from typing import Any
 
-from sdk._checks import PRIORITY_RANGE, check_id, check_int, check_optional_id, check_options
+from sdk._checks import (
+    PRIORITY_RANGE,
+    check_id,
+    check_int,
+    check_optional_id,
+    check_options,
+    show,
+)
+from sdk._clock import seconds
 from sdk._flowdef import FlowDef, encode_call
+from sdk._queues import Queue
 from sdk._serde import converter, dumps, loads
 from sdk._types import RunOptions, Versions
 from sdk._values import Serializer
+from sdk.errors import InvalidArgument
 from stores.protocol import NewRun
 
 __all__ = ["new_run"]
@@ -22,6 +35,8 @@ def new_run(
     run_id: str, priority: int, queue: str | None, tenant_id: str | None,
     options: RunOptions | None, now: float, parent_run_id: str | None = None,
     tree_root_run_id: str | None = None, abandon: bool = False,
+    concurrency_key: str | None = None, start_at: datetime | None = None,
+    start_in: float | timedelta | None = None, queues: Mapping[str, Queue] | None = None,
 ) -> NewRun:  # fmt: skip
     """The run to create for a call of `fd` (a flow defined here, or the name of
     one defined elsewhere); raises `InvalidArgument` / `SerializationError` for
@@ -30,6 +45,13 @@ def new_run(
     check_int(priority, "priority", PRIORITY_RANGE)
     q = queue if queue is not None else (fd.queue if isinstance(fd, FlowDef) else "default")
     check_id(q, "queue")
+    declared = (queues or {}).get(q)
+    if declared is not None and not declared.priority and priority != 0:
+        raise InvalidArgument(
+            f"queue {q!r} is FIFO (Queue(priority=False)): priority must be 0, got {priority}"
+        )
+    check_optional_id(concurrency_key, "concurrency_key")
+    at, delay = _delay(start_at, start_in)
     check_optional_id(tenant_id, "tenant_id")
     opts = check_options(options)
     if isinstance(fd, FlowDef):
@@ -56,7 +78,31 @@ def new_run(
         retention=fd.retention if isinstance(fd, FlowDef) else None,
         timeout=fd.timeout if isinstance(fd, FlowDef) else None,
         parent_run_id=parent_run_id, tree_root_run_id=tree_root_run_id, abandon=abandon,
+        concurrency_key=concurrency_key, start_at=at, start_in=delay,
     )  # fmt: skip
+
+
+def _delay(
+    start_at: datetime | None, start_in: float | timedelta | None
+) -> tuple[float | None, float | None]:
+    """A delayed start: (epoch seconds, seconds after creation); at most one given."""
+    if start_at is not None and start_in is not None:
+        raise InvalidArgument("start_at and start_in cannot both be given: pick one")
+    if start_at is not None:
+        if not isinstance(start_at, datetime) or start_at.utcoffset() is None:
+            raise InvalidArgument(
+                f"start_at must be a timezone-aware datetime, got {show(start_at)}"
+            )
+        at = start_at.timestamp()
+        if not math.isfinite(at):
+            raise InvalidArgument(f"start_at is out of range: {show(start_at)}")
+        return at, None
+    if start_in is not None:
+        delay = seconds(start_in, "start_in")
+        if delay < 0:
+            raise InvalidArgument(f"start_in must not be negative, got {show(start_in)}")
+        return None, delay
+    return None, None
 
 
 def _versions(versions: Versions) -> str | None:

@@ -133,7 +133,8 @@ class Event:
         at: when, from the injected clock.
         step_key: the step it concerns, if any.
         data: JSON details (actor, reason, error...), or None.
-        correlation: ``run_id``, ``trace_id``, ``tenant_id`` and ``step_key``.
+        correlation: ``run_id``, ``trace_id``, ``tenant_id`` and ``step_key``; and
+            ``schedule_id`` for a run a schedule started (`Client.events`).
     """
 
     event_id: str
@@ -198,6 +199,12 @@ class RunRecord:
     and `tree_root_run_id`, the run at the top of its tree (its parent's tree
     root, or its parent); both are None for a run started by a client.
 
+    A run started by a schedule's tick (`scheduled`, `Client.create_schedule`)
+    has `schedule_id`; its events carry it as a correlation id.
+
+    `concurrency_key` and `start_at` are the start options of those names
+    (`start_in` is recorded as the `start_at` it made): see `Queue`.
+
     `damage` is None when the whole stored record could be read. Otherwise it
     names the key and says what could not be read ("<key>: <what>; <what>"):
     those fields hold their defaults; a status that cannot be read is
@@ -233,8 +240,11 @@ class RunRecord:
     root_run_id: str | None = None
     parent_run_id: str | None = None
     tree_root_run_id: str | None = None
+    schedule_id: str | None = None
     format_version: int = 2  # the store's format of the record (StoredRun.format_version)
     damage: str | None = None
+    concurrency_key: str | None = None  # Client.start(concurrency_key=)
+    start_at: datetime | None = None  # a delayed start (start_at / start_in): when it is queued
 
 
 @attrs.frozen

@@ -25,9 +25,11 @@ from sdk._flowdef import FlowDef
 from sdk._heartbeat import Heartbeat
 from sdk._intercept import Interceptor
 from sdk._outbox import ChannelDef
+from sdk._queues import claim_limits
 from sdk._registry import Registry, channel_def_of, flow_def_of
 from sdk._serde import converter as records
 from sdk._serde import dumps
+from sdk._ticker import Ticker
 from sdk._types import ErrorInfo, Reason
 from sdk._values import Serializer
 from sdk.errors import InvalidArgument
@@ -66,7 +68,8 @@ class Worker(Heartbeat):
             default every channel of `registry`. The worker's dispatcher
             delivers their intents, up to `concurrency` at once.
         registry: where flow and channel names are looked up (default:
-            `Registry.default()`, where `@flow` and `@channel` register).
+            `Registry.default()`, where `@flow` and `@channel` register); its
+            queues' limits (`Queue`) go with every claim.
         converter: how values become JSON: a `Serializer`, or a cattrs converter
             (wrapped in one); the same as the clients' (default:
             `Serializer.default()`).
@@ -132,12 +135,18 @@ class Worker(Heartbeat):
             registry=self.registry,
         )
         self._inflight: dict[str, tuple[asyncio.Task[None], Activation]] = {}
+        # the queue of each run executing here: its Queue(worker_concurrency=) room
+        self._queue_of: dict[str, str] = {}
+        # the last poll left a ready run for this worker's own cap (worker_concurrency):
+        # wait for a slot of its own, leaving the wake-up tokens to other workers
+        self._capped = False
         # runs whose activation was interrupted because the heartbeat found the
         # lease lost (canceled, or taken over): nothing to hand back for them
         self._lost: set[str] = set()
         self._channels = None if channels is None else [self._resolve_channel(c) for c in channels]
         # child flows' ends and cascading cancels: served by every worker
         self._internal = internal_channels(store, self.clock)
+        self._ticker = Ticker(store, self.clock, self.engine.serializer, self._flow)  # schedules
         self.dispatcher = Dispatcher(
             store, self.clock, self._served_channels,
             concurrency=concurrency, lease_ttl=self.lease_ttl,
@@ -207,12 +216,18 @@ class Worker(Heartbeat):
         """
         free = max(self.concurrency - len(self._inflight), 0)
         served = self._served()
+        ticks_due = await self._ticker.fire(served)  # schedules' due ticks (sdk._ticker)
         if not served:
             free = 0  # nothing to serve: keep timers and leases, claim nothing
+        executing: dict[str, int] = {}
+        for q in self._queue_of.values():
+            executing[q] = executing.get(q, 0) + 1
         claims, tick = await self.store.poll(
             self.owner, self.queues, free, self.clock.time(), self.lease_ttl,
             self.max_recoveries, self._recovery_error, flows=served,
+            limits=claim_limits(self.registry.queues().values(), executing),
         )  # fmt: skip
+        self._capped = tick.capped
         if tick.recovered:
             log.warning("recovered %d run(s) whose lease expired", tick.recovered)
         if tick.repaired:
@@ -224,7 +239,9 @@ class Worker(Heartbeat):
             self._fail_damaged(damaged)
         for claim in claims:
             self._spawn(claim)
-        return len(claims), tick.next_due
+        self._ticker.idle = not claims
+        due = [t for t in (tick.next_due, ticks_due) if t is not None]
+        return len(claims), min(due, default=None)
 
     def _spawn(self, claim: Claim) -> None:
         run_id = claim.run.run_id
@@ -247,6 +264,7 @@ class Worker(Heartbeat):
             task = asyncio.create_task(self._execute(act))
         self._lost.discard(run_id)  # a new activation: whatever befell an earlier one
         self._inflight[run_id] = (task, act)  # type: ignore[assignment]
+        self._queue_of[run_id] = claim.run.queue
         task.add_done_callback(functools.partial(self._done, run_id))
 
     def _fail_damaged(self, damaged: Damaged) -> None:
@@ -265,6 +283,7 @@ class Worker(Heartbeat):
         entry = self._inflight.get(run_id)
         if entry is not None and entry[0] is task:
             del self._inflight[run_id]
+            self._queue_of.pop(run_id, None)
             self._lost.discard(run_id)
         self._slot_freed.set()
 
@@ -338,6 +357,8 @@ class Worker(Heartbeat):
         try:
             while not self._stop.is_set():
                 try:
+                    # cleared before the poll: a slot freed during it is not missed
+                    self._slot_freed.clear()
                     _, next_due = await self._poll()
                     backoff = 0.1
                 except asyncio.CancelledError:
@@ -365,10 +386,9 @@ class Worker(Heartbeat):
                 timeout = idle
                 if next_due is not None:
                     timeout = min(max(next_due - self.clock.time(), 0.001), idle)
-                if len(self._inflight) < self.concurrency:
+                if len(self._inflight) < self.concurrency and not self._capped:
                     await self._wait_ready(timeout)
                 else:
-                    self._slot_freed.clear()
                     await self._sleep_or_stop(timeout, self._slot_freed)
         finally:
             self._stop.set()  # ends the dispatcher's loop too

@@ -7,6 +7,7 @@ The tree::
     ├── IdempotencyConflict      same run id (or idempotency key), different request
     ├── InvalidTransition        a lifecycle move the transition table forbids
     ├── RunNotFound              (also LookupError) no run with that id
+    ├── ScheduleNotFound         (also LookupError) no schedule with that id
     ├── FlowNotFound             (also LookupError) no flow registered under that name
     ├── RegistryConflict         (also ValueError) a name taken by a different flow or channel
     ├── SerializationError       (also TypeError) a value the journal cannot hold
@@ -19,6 +20,7 @@ The tree::
     ├── NotInStepError           (also RuntimeError) I/O in a flow body instead of a step
     ├── FlowBlocked              every task of a flow waits on something nothing can complete
     ├── NotWaiting               approve/deny of a run not waiting for that approval
+    ├── QueueFull                Client.start on a queue that holds its max_pending runs
     ├── StepError                a recorded failure whose exception type cannot be rebuilt
     ├── RunFailed                RunHandle.result() of a failed run
     ├── RunCanceled              RunHandle.result() of a canceled run
@@ -51,10 +53,12 @@ __all__ = [
     "NotInRunError",
     "NotInStepError",
     "NotWaiting",
+    "QueueFull",
     "RegistryConflict",
     "RunCanceled",
     "RunFailed",
     "RunNotFound",
+    "ScheduleNotFound",
     "SerializationError",
     "SteadyflowError",
     "StepError",
@@ -151,6 +155,14 @@ class RunNotFound(SteadyflowError, LookupError):
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
         super().__init__(f"no run with id {run_id!r}")
+
+
+class ScheduleNotFound(SteadyflowError, LookupError):
+    """No schedule has this id (`Client.pause_schedule` and the other schedule calls)."""
+
+    def __init__(self, schedule_id: str) -> None:
+        self.schedule_id = schedule_id
+        super().__init__(f"no schedule with id {schedule_id!r}")
 
 
 class FlowNotFound(SteadyflowError, LookupError):
@@ -322,6 +334,24 @@ class RunCanceled(SteadyflowError):
         self.run_id = run_id
         self.reason = reason
         super().__init__(f"run {run_id!r} was canceled: {reason}")
+
+
+class QueueFull(SteadyflowError):
+    """`Client.start` of a new run on a queue that already holds its
+    ``Queue(max_pending=...)`` ready runs: nothing was written. Shed the load,
+    or retry later.
+
+    Attributes:
+        queue: the queue.
+        depth: the ready runs it held.
+    """
+
+    def __init__(self, queue: str, depth: int) -> None:
+        self.queue = queue
+        self.depth = depth
+        super().__init__(
+            f"queue {queue!r} is full: it holds {depth} ready run(s) (its max_pending)"
+        )
 
 
 class CorruptRecord(SteadyflowError):

@@ -63,7 +63,7 @@ class Children(RedisBase):
         k = self.keys
         calls = [
             ([k.run(n.run_id)],
-             [k.base_of(n.run_id), n.run_id, n.args_hash, data, *_codec.run_fields(n)])
+             [k.base_of(n.run_id), n.run_id, n.args_hash, data, "", *_codec.run_fields(n)])
             for n, data in zip(news, event_data, strict=True)
         ]  # fmt: skip
         out = []

@@ -85,12 +85,18 @@ def run_fields(new: NewRun) -> list[str]:
         "parent": new.parent_run_id,
         "top": new.tree_root_run_id,
         "pclose": "abandon" if new.abandon else None,
+        "ckey": new.concurrency_key,
     }
     fields += [x for name, v in optional.items() if v is not None for x in (name, v)]
     if new.retention is not None:
         fields += ["retention", num(new.retention)]
     if new.timeout is not None:
         fields += ["timeout", num(new.timeout)]
+    # a delayed start: start.lua keeps the run on the timer index until then
+    if new.start_at is not None:
+        fields += ["start_at", num(new.start_at)]
+    elif new.start_in is not None:
+        fields += ["start_at", num(new.created_at + new.start_in)]
     return fields
 
 

@@ -99,8 +99,11 @@ def stored_run(run_id: str, h: dict[str, str], key: str = "") -> StoredRun:
             parent_run_id=_opt(h.get("parent")),
             tree_root_run_id=_opt(h.get("top")),
             abandon=h.get("pclose") == "abandon",
+            concurrency_key=_opt(h.get("ckey")),
+            start_at=_float(h.get("start_at")),
             cancel_reason=_opt(h.get("cancel_reason")),
             cancel_deadline=_float(h.get("cancel_at")),
+            schedule_id=_opt(h.get("schedule")),
             retry=_opt(h.get("retry")),
             format_version=int(h.get("v", 1)),
             generation=int(h.get("gen") or 0),
@@ -149,7 +152,7 @@ def strict_int(text: str) -> int:
 
 
 _REQUIRED = ("flow", "status", "created_at", "queue", "priority", "args")
-_FLOATS = {"created_at", "started_at", "finished_at"}
+_FLOATS = {"created_at", "started_at", "finished_at", "start_at"}
 _INTS = {"priority", "fence", "recoveries", "cp_n", "resume_from_checkpoint_id", "v", "gen"}
 
 
@@ -217,7 +220,10 @@ def damaged_run(run_id: str, h: dict[str, str], key: str, what: str | None = Non
         parent_run_id=_opt(fields.get("parent")),
         tree_root_run_id=_opt(fields.get("top")),
         abandon=fields.get("pclose") == "abandon",
+        concurrency_key=_opt(fields.get("ckey")),
+        start_at=fields.get("start_at"),
         cancel_reason=_opt(fields.get("cancel_reason")),
+        schedule_id=_opt(fields.get("schedule")),
         retry=_opt(fields.get("retry")),
         format_version=fields.get("v", 1),
         generation=fields.get("gen", 0),
@@ -231,7 +237,8 @@ _FIELDS = (
     "result", "result_type", "error", "reason", "recoveries", "thread_id", "trace_id",
     "environment", "versions", "policy_snapshot_id", "cp_n", "resume_from_checkpoint_id",
     "source_run_id", "source_checkpoint_id", "root_run_id", "retry", "v", "gen",
-    "parent", "top", "pclose",
+    "parent", "top", "pclose", "ckey", "start_at",
+    "schedule",
 )  # fmt: skip
 
 
@@ -289,15 +296,19 @@ def first_unreadable(values: list[str], pairs: bool) -> str | None:
 def tick_result(reply: list[Any]) -> TickResult:
     """One partition's maintenance: fired, recovered, next timer, next lease expiry,
     repaired, then the damaged runs found (id, key, what is wrong, ...)."""
-    fired, recovered, nt, nl, repaired, found = reply
+    fired, recovered, nt, nl, repaired, found, *capped = reply  # (capped: a poll's)
     dues = [float(x) for x in (nt, nl) if x != ""]
     damaged = tuple(Damaged(found[i], found[i + 1], found[i + 2]) for i in range(0, len(found), 3))
-    return TickResult(int(fired), int(recovered), min(dues, default=None), int(repaired), damaged)
+    return TickResult(
+        int(fired), int(recovered), min(dues, default=None), int(repaired), damaged,
+        capped=bool(capped and int(capped[0])),
+    )  # fmt: skip
 
 
 def merged(results: Iterable[TickResult]) -> TickResult:
     """Several partitions' maintenance as one."""
     fired = recovered = repaired = 0
+    capped = False
     dues: list[float] = []
     damaged: list[Damaged] = []
     for r in results:
@@ -306,7 +317,10 @@ def merged(results: Iterable[TickResult]) -> TickResult:
         repaired += r.repaired
         dues += [] if r.next_due is None else [r.next_due]
         damaged += r.damaged
-    return TickResult(fired, recovered, min(dues, default=None), repaired, tuple(damaged))
+        capped = capped or r.capped
+    return TickResult(
+        fired, recovered, min(dues, default=None), repaired, tuple(damaged), capped=capped
+    )
 
 
 def corrupt(run_id: str, reply: Any) -> Any:

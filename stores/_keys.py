@@ -55,9 +55,17 @@ SUFFIX = {
     "evshapes": "evs:",  # SET   the filters' field-name lists seen for an event (+ event name)
     # Child flows: in the child's partition, the children of one parent.
     "children": "kids:",  # ZSET  child run id -> created_at (+ parent run id)
+    # Queue limits (`sdk.Queue`), per partition: what a claim counts against them.
+    "qslots": "qx:",  # ZSET  the queue's executing runs (claimed, not parked) -> claimed at (+ q)
+    "qkeyed": "qk:",  # ZSET  the same, of one concurrency key (+ len(queue):queue:key)
+    "qrate": "qr:",  # HASH  the queue's rate limit: tat, GCRA theoretical arrival time (+ queue)
     # Workers of the deployment (kept in partition 0), from their heartbeats.
     "workers": "workers",  # ZSET  worker id -> when its registration expires
     "worker": "worker",  # HASH  worker id -> its last heartbeat, JSON
+    # Schedules (kept in partition 0; see stores._schedules).
+    "schedule": "sch:",  # HASH  one schedule: spec, next tick, last run, counters (+ schedule id)
+    "schedules": "schedules",  # ZSET  every schedule id -> created_at
+    "sched_due": "schq:",  # ZSET  schedule id -> when it next needs a worker (+ flow name)
 }
 
 #: The suffixes of the keys that belong to one run (base + suffix + run id):
@@ -72,7 +80,8 @@ RUN_SUFFIXES = (
 SHARED_SUFFIXES = (
     "feed", "queue", "wake", "status", "queues", "seq", "timers", "leases", "runs", "expiry",
     "deadlines", "cancels", "repair", "intent", "outbox", "outbox_wake", "intent_seq",
-    "workers", "worker", "evindex", "evshapes", "children",
+    "schedule", "schedules", "sched_due",
+    "workers", "worker", "evindex", "evshapes", "children", "qslots", "qkeyed", "qrate",
 )  # fmt: skip
 
 

@@ -21,8 +21,11 @@ from stores._records import (
     StoredIntent,
     WorkerBeat,
 )
+from stores._schedule_records import NewSchedule, ScheduleFire, ScheduleOp, StoredSchedule
 
-__all__ = ["ChildStore", "EventStore", "HistoryReads", "OutboxStore", "WorkerRegistry"]
+__all__ = [
+    "ChildStore", "EventStore", "HistoryReads", "OutboxStore", "ScheduleStore", "WorkerRegistry",
+]  # fmt: skip
 
 
 class ChildStore(Protocol):
@@ -186,4 +189,50 @@ class WorkerRegistry(Protocol):
 
     async def workers(self, now: float) -> list[WorkerBeat]:
         """The workers whose registration has not expired at `now`."""
+        ...
+
+
+class ScheduleStore(Protocol):
+    """Schedules (``@scheduled``, ``Client.create_schedule``): durable timers that
+    workers fire. The engine computes tick times (cron, time zones); the store
+    keeps them and starts a tick's run in the same atomic write that advances
+    the schedule, so a tick is fired once whatever the number of workers, and a
+    crash cannot lose or double it. A store may refuse schedules (`ValueError`
+    from `save_schedule` and `schedule_op`) when it cannot keep a schedule and
+    its runs in one atomic write (a Redis store with several partitions): then
+    it lists none and has none due."""
+
+    async def save_schedule(self, new: NewSchedule, *, replace: bool, now: float) -> int:
+        """Create a schedule: 1. The same spec again: 0, nothing written. Another
+        spec under the same id: -1 (nothing written), or with `replace` 2: its
+        spec and next tick are replaced, its state (paused, last run, counters)
+        kept."""
+        ...
+
+    async def schedule_op(
+        self, schedule_id: str, op: ScheduleOp, now: float, next_at: float | None = None
+    ) -> bool:
+        """Pause (a buffered tick is dropped), resume (next tick `next_at`; only a
+        paused schedule changes), delete, or trigger (a run at `now`, started by the
+        next worker pass that fires the schedule). False for no such schedule."""
+        ...
+
+    async def schedules(self, schedule_ids: Sequence[str] | None = None) -> list[StoredSchedule]:
+        """These schedules (default: every one, oldest first), with their last
+        run's status; unknown ids are left out. A few round trips."""
+        ...
+
+    async def due_schedules(
+        self, flows: Sequence[str], now: float
+    ) -> tuple[list[StoredSchedule], float | None]:
+        """Schedules of `flows` that need a worker at `now` (a tick due, a trigger, a
+        buffered tick whose previous run ended), a batch at most; and the earliest
+        time after `now` that one will (None: none)."""
+        ...
+
+    async def fire_schedules(self, fires: Sequence[ScheduleFire]) -> list[list[str] | None]:
+        """Each fire, atomically (one round trip for all): None when its schedule is
+        no longer at its version (fired by another worker, changed, deleted: nothing
+        written), else the run ids it started, applying the schedule's overlap
+        policy to each tick. A tick run whose id exists is not created again."""
         ...

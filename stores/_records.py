@@ -99,6 +99,9 @@ class NewRun:
     parent_run_id: str | None = None  # a child flow's parent run
     tree_root_run_id: str | None = None  # the top of a child flow's tree of runs
     abandon: bool = False  # a child flow that a canceled parent leaves running
+    concurrency_key: str | None = None  # counted against its queue's key_concurrency
+    start_at: float | None = None  # queued at this time (kept pending on a timer until then)
+    start_in: float | None = None  # ...or this many seconds after created_at
 
 
 @attrs.frozen
@@ -170,8 +173,11 @@ class StoredRun:
     parent_run_id: str | None = None  # a child flow's parent run
     tree_root_run_id: str | None = None  # the top of a child flow's tree of runs
     abandon: bool = False  # a child flow that a canceled parent leaves running
+    concurrency_key: str | None = None  # counted against its queue's key_concurrency
+    start_at: float | None = None  # a delayed start: when it is (was) queued
     cancel_reason: str | None = None  # a cancel request's reason (`Store.cancel` with grace)
     cancel_deadline: float | None = None  # ...and when its grace ends (then it is forced)
+    schedule_id: str | None = None  # the schedule whose tick started the run (field schedule)
     damage: str | None = None
     """What of the stored record could not be read ("<key>: <what>; ..."), None
     when all of it could: the fields it names hold their defaults here, and a
@@ -269,6 +275,7 @@ class StartOutcome:
     created: bool
     status: RunStatus
     conflict: bool = False
+    full: int | None = None  # not created: the queue held `max_pending` runs (its depth)
 
 
 @attrs.frozen
@@ -282,6 +289,7 @@ class TickResult:
     next_due: float | None
     repaired: int = 0
     damaged: tuple[Damaged, ...] = ()
+    capped: bool = False  # a poll: a queue's ready run waits for this caller's worker cap
 
 
 class Consumed(enum.Enum):

@@ -34,8 +34,10 @@ from stores._protocol_parts import (
     EventStore,
     HistoryReads,
     OutboxStore,
+    ScheduleStore,
     WorkerRegistry,
 )
+from stores._queues import QueueLimits, QueueReads, QueueStats
 from stores._records import (
     Claim,
     Consumed,
@@ -62,6 +64,14 @@ from stores._records import (
     TickResult,
     WorkerBeat,
 )
+from stores._schedule_records import (
+    NewSchedule,
+    ScheduleFire,
+    ScheduleOp,
+    StoredSchedule,
+    TickKind,
+    TickStart,
+)
 
 __all__ = [
     "RESUMABLE",
@@ -82,12 +92,19 @@ __all__ = [
     "Mailbox",
     "NewIntent",
     "NewRun",
+    "NewSchedule",
     "OutboxStore",
     "Parked",
+    "QueueLimits",
+    "QueueReads",
+    "QueueStats",
     "Refusal",
     "Refused",
     "Renewal",
     "RunStatus",
+    "ScheduleFire",
+    "ScheduleOp",
+    "ScheduleStore",
     "StartOutcome",
     "StepEvent",
     "Store",
@@ -95,13 +112,19 @@ __all__ = [
     "StoredEvent",
     "StoredIntent",
     "StoredRun",
+    "StoredSchedule",
+    "TickKind",
     "TickResult",
+    "TickStart",
     "WorkerBeat",
     "WorkerRegistry",
 ]
 
 
-class Store(HistoryReads, OutboxStore, WorkerRegistry, EventStore, ChildStore, Protocol):
+class Store(
+    HistoryReads, OutboxStore, WorkerRegistry, EventStore, ChildStore, QueueReads,
+    ScheduleStore, Protocol,
+):  # fmt: skip
     """Run records, journals, mailboxes, timers, queues and leases.
 
     **Repeating a call.** A call whose reply was lost (a dropped connection)
@@ -126,13 +149,18 @@ class Store(HistoryReads, OutboxStore, WorkerRegistry, EventStore, ChildStore, P
 
     # -- runs ------------------------------------------------------------------
 
-    async def create_run(self, new: NewRun, event_data: str = "") -> StartOutcome:
+    async def create_run(
+        self, new: NewRun, event_data: str = "", *, max_pending: int | None = None
+    ) -> StartOutcome:
         """Create a pending run and queue it, or report the existing one.
 
         The same id again creates nothing: `StartOutcome.created` is False with
         the run's status, and `conflict` is True when its `args_hash` differs
         (the id was used with other arguments). `event_data` is the
-        ``run.created`` event's data.
+        ``run.created`` event's data. With `max_pending`, a new run whose queue
+        already holds that many ready runs (in its partition) is not created:
+        `StartOutcome.full` is the queue's depth. A run with `NewRun.start_at`
+        (or `start_in`) later than its creation is queued only then (`tick`).
         """
         ...
 
@@ -188,6 +216,7 @@ class Store(HistoryReads, OutboxStore, WorkerRegistry, EventStore, ChildStore, P
         lease_ttl: float,
         *,
         flows: Sequence[str] | None = None,
+        limits: Sequence[QueueLimits] = (),
     ) -> list[Claim]:
         """Take up to `limit` ready runs, highest priority first, with their journals.
 
@@ -197,6 +226,11 @@ class Store(HistoryReads, OutboxStore, WorkerRegistry, EventStore, ChildStore, P
         store may look only so deep into a queue for one: Redis looks at the
         first 64). Not repeatable: a claim whose reply was lost holds its runs
         until their leases expire and `tick` recovers them.
+
+        `limits` are the caller's declared queue limits (`QueueLimits`): a run
+        is taken only while its queue, its concurrency key and (a first
+        activation) the queue's rate allow; a run counts against them from its
+        claim until it parks, ends, is released or its lease expires.
 
         A run whose data cannot be read (or worked with) comes back as a claim
         with `Claim.damage` set, taken off its queue, and leased only if its data
@@ -216,6 +250,7 @@ class Store(HistoryReads, OutboxStore, WorkerRegistry, EventStore, ChildStore, P
         recovery_error: str,
         *,
         flows: Sequence[str] | None = None,
+        limits: Sequence[QueueLimits] = (),
     ) -> tuple[list[Claim], TickResult]:
         """`tick` then `claim`, in one round trip per partition (a worker's loop).
         `TickResult.next_due` is as for `tick`; damaged runs come back as for

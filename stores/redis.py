@@ -25,8 +25,11 @@ from stores._control import Control
 from stores._events import Events
 from stores._keys import SUFFIX, Keys
 from stores._outbox import Outbox
+from stores._queues import QueueLimits
+from stores._queuestore import Queues, limits_args
 from stores._reads import Reads
 from stores._redispy import READ_ERRORS, script_runner, unavailable
+from stores._schedules import Schedules
 from stores._scripts import build_scripts
 from stores._workers import Workers
 from stores.protocol import (
@@ -51,7 +54,7 @@ from stores.protocol import (
 __all__ = ["RedisStore"]
 
 
-class RedisStore(Reads, Control, Outbox, Workers, Events, Children):
+class RedisStore(Reads, Control, Outbox, Workers, Events, Schedules, Children, Queues):
     """Steadyflow's storage on Redis (or on fakeredis, for ``memory://``).
 
     Args:
@@ -179,15 +182,19 @@ class RedisStore(Reads, Control, Outbox, Workers, Events, Children):
 
     # -- runs -------------------------------------------------------------
 
-    async def create_run(self, new: NewRun, event_data: str = "") -> StartOutcome:
+    async def create_run(
+        self, new: NewRun, event_data: str = "", *, max_pending: int | None = None
+    ) -> StartOutcome:
         k = self.keys
         reply = await self._call(
             "start",
             [k.run(new.run_id)],
             [k.base_of(new.run_id), new.run_id, new.args_hash, event_data,
-             *_codec.run_fields(new)],
+             "" if max_pending is None else str(max_pending), *_codec.run_fields(new)],
         )  # fmt: skip
         code, status = _decode.corrupt(new.run_id, reply)  # an existing record may be damaged
+        if code == -2:  # the queue is full: nothing written
+            return StartOutcome(created=False, status=RunStatus.PENDING, full=int(status))
         return StartOutcome(created=code == 1, status=RunStatus(status), conflict=code == -1)
 
     async def derive_run(
@@ -223,6 +230,7 @@ class RedisStore(Reads, Control, Outbox, Workers, Events, Children):
         lease_ttl: float,
         *,
         flows: Sequence[str] | None = None,
+        limits: Sequence[QueueLimits] = (),
     ) -> list[Claim]:
         claims: list[Claim] = []
         for p in self._partitions():
@@ -232,7 +240,8 @@ class RedisStore(Reads, Control, Outbox, Workers, Events, Children):
                 "claim",
                 [self._anchor(p)],
                 [self.keys.base(p), owner, num(now), num(now + lease_ttl),
-                 str(limit - len(claims)), *_codec.scope(flows, queues)],
+                 str(limit - len(claims)), *limits_args(limits),
+                 *_codec.scope(flows, queues)],
             )  # fmt: skip
             claims += _decode.claims(_decode.corrupt("", reply), self.keys.run, self._key)
         return claims
@@ -252,6 +261,7 @@ class RedisStore(Reads, Control, Outbox, Workers, Events, Children):
         recovery_error: str,
         *,
         flows: Sequence[str] | None = None,
+        limits: Sequence[QueueLimits] = (),
     ) -> tuple[list[Claim], TickResult]:
         claims: list[Claim] = []
         ticks: list[TickResult] = []
@@ -262,7 +272,7 @@ class RedisStore(Reads, Control, Outbox, Workers, Events, Children):
                 [
                     self.keys.base(p), owner, num(now), num(now + lease_ttl),
                     str(max(limit - len(claims), 0)), str(max_recoveries), recovery_error,
-                    *_codec.scope(flows, queues),
+                    *limits_args(limits), *_codec.scope(flows, queues),
                 ],
             )  # fmt: skip
             ticked, taken = _decode.corrupt("", reply)

@@ -93,9 +93,11 @@ class FakeClock:
     def start(self) -> FakeClock:
         """Make the wall clock of code under test read this clock."""
         if self._freezer is None:
-            # pytest's own timing (durations, junit times) keeps the real clock.
+            # pytest's own timing (durations, junit times) keeps the real clock;
+            # cronsim (schedules) keeps real datetimes: a fake one drops `fold` in
+            # astimezone, and cronsim loops forever in a repeated (fall-back) hour.
             self._freezer = freezegun.freeze_time(
-                self._now, real_asyncio=True, ignore=["_pytest.timing"]
+                self._now, real_asyncio=True, ignore=["_pytest.timing", "cronsim"]
             )
             self._factory = self._freezer.start()
         return self

@@ -22,7 +22,7 @@ from typing import TypeVar
 
 import attrs
 
-from sdk import current_step, flow, run_child, sleep, step, wait_for_event
+from sdk import Queue, current_step, flow, run_child, sleep, step, wait_for_event
 
 ROOT = Path(__file__).resolve().parent.parent  # the worker runs here: `tests.crashflows` imports
 STEADYFLOW = str(Path(sys.executable).with_name("steadyflow"))  # the installed console script
@@ -144,6 +144,30 @@ async def priced(markers: str, item: int) -> int:
 async def fan_out(markers: str, n: int) -> int:
     totals = await asyncio.gather(*(run_child(priced, markers, i) for i in range(n)))
     return sum(totals)
+
+
+#: A queue whose limit the 3-process test measures from a ledger of its own.
+LIMITED = Queue("crash.limited", concurrency=5)
+
+
+def _ledger(ledger: str, what: str, label: str) -> None:
+    with open(ledger, "a", encoding="utf-8") as f:  # one short append per line
+        f.write(f"{what} {label} {os.getpid()} {time.time()!r}\n")
+
+
+@step
+async def ledgered(ledger: str, label: str, seconds: float) -> str:
+    """Writes ``enter`` and ``exit`` lines around `seconds` of work: the ledger shows
+    what executed when, whatever the engine's own counters say."""
+    _ledger(ledger, "enter", label)
+    await asyncio.sleep(seconds)
+    _ledger(ledger, "exit", label)
+    return label
+
+
+@flow(queue=LIMITED)
+async def limited_work(ledger: str, label: str, seconds: float) -> str:
+    return await ledgered(ledger, label, seconds)
 
 
 def _die_before_journaling_children(flag: str) -> None:

@@ -31,6 +31,10 @@ DOCUMENTED_SDK = {
     "continue_as_new",
     # docs/composition.md "Child flows" (issue 9)
     "start_child", "run_child", "ChildHandle",
+    # docs/queues-and-schedules.md "Queues" (issue 10)
+    "Queue", "QueueInfo", "RateLimit",
+    # docs/queues-and-schedules.md "Schedules" (issue 10)
+    "scheduled", "ScheduleInfo",
 }  # fmt: skip
 
 
@@ -88,3 +92,10 @@ def test_child_failed_is_a_public_run_failed() -> None:
     # pinned by issue 9: sdk.errors.ChildFailed, a RunFailed
     assert "ChildFailed" in sdk.errors.__all__
     assert issubclass(sdk.errors.ChildFailed, sdk.errors.RunFailed)
+
+
+def test_schedule_not_found_is_a_public_lookup_error() -> None:
+    # docs/queues-and-schedules.md "Schedules": an unknown schedule id
+    assert "ScheduleNotFound" in sdk.errors.__all__
+    assert issubclass(sdk.errors.ScheduleNotFound, LookupError)
+    assert sdk.errors.ScheduleNotFound("nightly").schedule_id == "nightly"

@@ -158,9 +158,30 @@ local function enqueue(id)
   nudge(q)
 end
 
+-- The set of runs of queue `q` executing under concurrency key `ck` (the names
+-- may contain ':', so the queue is length-prefixed).
+local function qkk(q, ck) return P .. K.qkeyed .. #q .. ':' .. q .. ':' .. ck end
+
+-- A run stops executing (it parks, ends, is handed back or loses its lease): it
+-- gives back the slot its claim took (field 'slot': '1' or '0', whether the
+-- claim counted it against a limit, then the queue). A slot of a limited queue
+-- with runs waiting wakes a worker: what a limit held back may start now.
+local function vacate(id)
+  local key = rk(id)
+  local slot, ck = unpack(redis.call('HMGET', key, 'slot', 'ckey'))
+  if not slot then return end
+  local q = string.sub(slot, 2)
+  -- pcall: a damaged slot set (our own bookkeeping) is replaced at the next claim
+  redis.pcall('ZREM', P .. K.qslots .. q, id)
+  if ck then redis.pcall('ZREM', qkk(q, ck), id) end
+  redis.call('HDEL', key, 'slot')
+  if string.sub(slot, 1, 1) == '1' and redis.call('ZCARD', P .. K.queue .. q) > 0 then nudge(q) end
+end
+
 -- Take a run off every index that would make it run or wake.
 local function unqueue(id)
   local key = rk(id)
+  vacate(id)
   redis.call('ZREM', P .. K.queue .. redis.call('HGET', key, 'queue'), id)
   redis.call('ZREM', P .. K.timers, id)
   redis.call('ZREM', P .. K.leases, id)
@@ -280,6 +301,41 @@ local function internal_intent(id, channel, payload, now)
   redis.call('LTRIM', w, 0, 1023)
 end
 
+-- A scheduled run ended (field schedule; schedules live in this partition, see
+-- stores._schedules): a tick its schedule buffered behind it (overlap
+-- 'buffer_one') is due now, and the workers of the flow's queue are woken.
+local function sched_wake(id, now)
+  local s = redis.call('HGET', rk(id), 'schedule') or redis.call('HGET', P .. K.gone .. id, 'schedule')
+  if not s then return end
+  local f = redis.pcall('HMGET', P .. K.schedule .. s, 'buffered', 'last_run', 'flow', 'queue')
+  if f.err or not f[1] or f[1] == '' or f[2] ~= id then return end
+  redis.call('ZADD', P .. K.sched_due .. f[3], now, s)
+  nudge(f[4])
+end
+
+-- Put schedule `id` on its flow's due index at the earliest of: a trigger asked
+-- for, its next tick (unless paused), now when a buffered tick's previous run has
+-- ended; or take it off when none applies. Workers fire what is due there.
+local function sched_arm(id, now)
+  local f = redis.call('HMGET', P .. K.schedule .. id, 'flow', 'paused', 'next', 'trigger',
+                       'buffered', 'last_run')
+  local at = nil
+  local function earlier(t)
+    if t and t ~= '' and (not at or tonumber(t) < tonumber(at)) then at = t end
+  end
+  earlier(f[4])
+  if f[2] ~= '1' then earlier(f[3]) end
+  if f[5] and f[5] ~= '' then
+    local st = f[6] and f[6] ~= '' and redis.pcall('HGET', rk(f[6]), 'status')
+    if not st or (type(st) == 'string' and TERMINAL[st]) then earlier(now) end
+  end
+  if at then
+    redis.call('ZADD', P .. K.sched_due .. f[1], at, id)
+  else
+    redis.call('ZREM', P .. K.sched_due .. f[1], id)
+  end
+end
+
 -- A run ended: the notice its waiters read. With `now` (every end but the
 -- archiving of a generation): a child flow's parent is told (its ~child intent),
 -- and a canceled run that started children (field kids) cancels them (its
@@ -288,6 +344,7 @@ local function finished(id, status, now)
   redis.call('DEL', P .. K.done .. id)
   redis.call('RPUSH', P .. K.done .. id, status)
   if not now then return end
+  sched_wake(id, now)
   local parent = redis.call('HGET', rk(id), 'parent') or redis.call('HGET', P .. K.gone .. id, 'parent')
   if parent then
     internal_intent(id, '~child', '{"parent":' .. jstr(parent) .. ',"child":' .. jstr(id)
@@ -474,8 +531,9 @@ local REPAIR_EVERY = 1
 local function unreached(id, st)
   local q = redis.call('HGET', rk(id), 'queue')
   local queued = redis.call('ZSCORE', P .. K.queue .. q, id)
-  if st == 'pending' then
-    return not queued and 'pending without a queue entry' or nil
+  if st == 'pending' then  -- queued, or on a timer until its delayed start
+    if queued or redis.call('ZSCORE', P .. K.timers, id) then return nil end
+    return 'pending without a queue entry'
   end
   if st == 'running' or st == 'replaying' then
     if queued or redis.call('ZSCORE', P .. K.leases, id) then return nil end
@@ -569,12 +627,16 @@ local function maintain(now, limit, max_recoveries, recovery_error)
     elseif st == 'waiting_for_signal' or st == 'waiting_for_human' then
       wake_run(id)
       fired = fired + 1
+    elseif st == 'pending' then  -- a delayed start (start_at) is due
+      enqueue(id)
+      fired = fired + 1
     end
   end
   for _, id in ipairs(redis.call('ZRANGEBYSCORE', P .. K.leases, '-inf', now, 'LIMIT', 0, limit)) do
     local key = rk(id)
     redis.call('ZREM', P .. K.leases, id)
     local dkey, bad, st = damaged(id)
+    if not bad then vacate(id) end  -- a dead worker's slots come back with its leases
     if not bad and st == 'running' then
       dkey, bad = mistyped_any({P .. K.events .. id, 'stream', P .. K.checkpoints .. id, 'stream'})
     end
@@ -683,16 +745,62 @@ end
 
 -- The first ready run of queue `q` this worker may take: of a flow in
 -- `served` (nil: any flow), within the first 64; other flows' runs stay
--- queued for the workers that serve them. Returns id and score, or nil.
-local function head(q, served)
-  local r = redis.call('ZRANGE', P .. K.queue .. q, 0, served and 63 or 0, 'WITHSCORES')
-  for i = 1, #r, 2 do
-    local flow = served and redis.pcall('HGET', rk(r[i]), 'flow')
-    -- a vanished run (no flow) or a record that is not a hash (an error) is
-    -- taken too, so that it is dropped or reported below
-    if not served or type(flow) ~= 'string' or served[flow] then return r[i], tonumber(r[i + 1]) end
+-- queued for the workers that serve them. `lim` (nil: no limit) is the queue's
+-- limits as the caller declares them (see scope_args): a run starts only with
+-- a free slot of the queue (c), of this worker (w), of its concurrency key (k;
+-- a run whose key is full is passed over for the next), and, for a first
+-- activation, when the rate limit's theoretical arrival time (GCRA, interval t)
+-- has come. Returns id and score, or nil and which limit holds the queue back
+-- ('worker', 'concurrency', 'key', 'rate' and when it has room), if one does.
+-- How many runs a queue's (or a key's) slot set holds. It is our own
+-- bookkeeping: one that is damaged (another type) starts over, empty.
+local function slots(key)
+  local n = redis.pcall('ZCARD', key)
+  if type(n) == 'number' then return n end
+  redis.call('DEL', key)
+  return 0
+end
+
+-- The rate limit's theoretical arrival time of queue `q` (0: none; a damaged
+-- state starts over).
+local function arrival(q)
+  local t = redis.pcall('HGET', P .. K.qrate .. q, 'tat')
+  if type(t) == 'table' then redis.call('DEL', P .. K.qrate .. q) end
+  return tonumber(type(t) == 'string' and t or nil) or 0
+end
+
+local function head(q, served, lim, now)
+  local keyed = lim and lim.k
+  local r = redis.call('ZRANGE', P .. K.queue .. q, 0, (served or keyed) and 63 or 0, 'WITHSCORES')
+  if #r == 0 then return nil end
+  if lim then
+    if lim.w and lim.w <= 0 then return nil, 'worker' end
+    if lim.c and slots(P .. K.qslots .. q) >= lim.c then return nil, 'concurrency' end
   end
-  return nil
+  local held = nil
+  for i = 1, #r, 2 do
+    local ok = true
+    if served then
+      local flow = redis.pcall('HGET', rk(r[i]), 'flow')
+      -- a vanished run (no flow) or a record that is not a hash (an error) is
+      -- taken too, so that it is dropped or reported below
+      ok = type(flow) ~= 'string' or served[flow]
+    end
+    if ok and keyed then
+      local ck = redis.pcall('HGET', rk(r[i]), 'ckey')
+      if type(ck) == 'string' and slots(qkk(q, ck)) >= lim.k then
+        ok, held = false, 'key'
+      end
+    end
+    if ok then
+      if lim and lim.t and redis.pcall('HGET', rk(r[i]), 'status') == 'pending' then
+        local tat = arrival(q)
+        if tat > tonumber(now) then return nil, 'rate', tat end
+      end
+      return r[i], tonumber(r[i + 1])
+    end
+  end
+  return nil, held
 end
 
 -- What stops run `id` (usable, of status `st`) from being claimed, read first
@@ -726,16 +834,27 @@ end
 -- hash, its whole journal, its non-empty mailboxes, its lineage records}. A run
 -- whose data cannot be worked with is taken off its queue and not leased: it
 -- comes back as {id, key, what is wrong}, for the worker to fail it alone.
-local function take(owner, now, expiry, limit, queues, every, served)
+-- `lims`: queue -> its limits (see head). Also returns when a rate-limited
+-- queue next has room ('' if none waits for it), and whether a ready run waits
+-- for this caller's own worker cap.
+local function take(owner, now, expiry, limit, queues, every, served, lims)
   if every then queues = redis.call('SMEMBERS', P .. K.queues) end
   local out = {}
   local n = 0
+  local held = {}  -- queue -> the limit holding it back (counts only grow during a take)
+  local room, capped = nil, false
   while n < limit do
     local best, bestq, bests = nil, nil, nil
     for _, q in ipairs(queues) do
-      local id, score = head(q, served)
-      if id and (best == nil or score < bests) then
-        best, bestq, bests = id, q, score
+      if not held[q] then
+        local id, got, at = head(q, served, lims[q], now)  -- got: a score, or a limit
+        if id then
+          if best == nil or got < bests then best, bestq, bests = id, q, got end
+        elseif got then
+          held[q] = got
+          if at and (room == nil or at < room) then room = at end
+          if got == 'worker' then capped = true end
+        end
       end
     end
     if best == nil then break end
@@ -752,33 +871,80 @@ local function take(owner, now, expiry, limit, queues, every, served)
       out[#out + 1] = {best, where, bad}
       n = n + 1
     elseif journal then
+      local lim = lims[bestq]
       if st ~= 'running' then move(best, 'running') end
       if st == 'pending' then
         redis.call('HSET', key, 'started_at', now)
         arm(best, now)
         emit(best, 'run.started', now, '', '')
         checkpoint(best, 'run_started', '', 'running', now)
+        if lim and lim.t then  -- GCRA without burst: one start per interval
+          local tat = math.max(arrival(bestq), tonumber(now))
+          redis.call('HSET', P .. K.qrate .. bestq, 'tat', string.format('%.17g', tat + lim.t))
+        end
       end
+      -- the slot it executes in, until vacate() gives it back
+      slots(P .. K.qslots .. bestq)  -- (a damaged set is replaced before the write)
+      redis.call('ZADD', P .. K.qslots .. bestq, now, best)
+      local ck = redis.call('HGET', key, 'ckey')
+      if ck then
+        slots(qkk(bestq, ck))
+        redis.call('ZADD', qkk(bestq, ck), now, best)
+      end
+      if lim and lim.w then lim.w = lim.w - 1 end
       redis.call('HINCRBY', key, 'fence', 1)
-      redis.call('HSET', key, 'lease_owner', owner, 'lease_exp', expiry)
+      redis.call('HSET', key, 'lease_owner', owner, 'lease_exp', expiry,
+                 'slot', ((lim and (lim.c or lim.k)) and '1' or '0') .. bestq)
       redis.call('ZADD', P .. K.leases, expiry, best)
       out[#out + 1] = {best, redis.call('HGETALL', key), journal, mail, lineage}
       n = n + 1
     end
   end
+  -- A rate-limited queue this take did not reach (its caller had no slot left)
+  -- reports its next room too: every poller knows when to look again.
+  for _, q in ipairs(queues) do
+    if lims[q] and lims[q].t and not held[q] then
+      local tat = arrival(q)
+      if tat > tonumber(now) and (room == nil or tat < room)
+          and redis.call('ZCARD', P .. K.queue .. q) > 0 then
+        room = tat
+      end
+    end
+  end
   -- Tokens are hints: once their queues are empty they only cause empty claims.
+  -- A queue that a shared limit holds back counts as empty: the slot freed
+  -- (vacate) wakes a worker, and the rate limit's next room is a due time.
+  -- Another worker may have room where this one is at its own cap: kept.
   local empty = true
   for _, q in ipairs(queues) do
-    if redis.call('ZCARD', P .. K.queue .. q) == 0 then redis.call('DEL', P .. K.wake .. q)
+    if redis.call('ZCARD', P .. K.queue .. q) == 0 or (held[q] and held[q] ~= 'worker') then
+      redis.call('DEL', P .. K.wake .. q)
     else empty = false end
   end
   if every and empty then redis.call('DEL', P .. K.wake .. '*') end
-  return out
+  return out, room and string.format('%.17g', room) or '', capped
 end
 
--- ARGV from `from` on: n, n flow names (n = 0: any flow), then queue names
--- (none: every queue). Returns queues, every, served (a set, or nil).
+-- ARGV from `from` on: m, m queue limits (name, concurrency, this worker's
+-- room, key concurrency, rate interval in seconds; '' for none), n, n flow
+-- names (n = 0: any flow), then queue names (none: every queue). Returns
+-- queues, every, served (a set, or nil), limits (queue -> {c, w, k, t}); nil
+-- and what is wrong for an argument that is not a number.
 local function scope_args(from)
+  local lims = {}
+  local m = tonumber(ARGV[from])
+  for i = from + 1, from + 5 * m, 5 do
+    local bad = badnum(ARGV[i + 1], 'concurrency', true, true)
+      or badnum(ARGV[i + 2], 'worker room', true, true)
+      or badnum(ARGV[i + 3], 'key concurrency', true, true)
+      or badnum(ARGV[i + 4], 'rate interval', false, true)
+    if bad then return nil, bad end
+    lims[ARGV[i]] = {c = tonumber(ARGV[i + 1]), w = tonumber(ARGV[i + 2]),
+                     k = tonumber(ARGV[i + 3]), t = tonumber(ARGV[i + 4])}
+  end
+  from = from + 1 + 5 * m
+  local bad = badnum(ARGV[from], 'flow count', true)
+  if bad then return nil, bad end
   local n = tonumber(ARGV[from])
   local served = nil
   if n > 0 then
@@ -787,6 +953,5 @@ local function scope_args(from)
   end
   local queues = {}
   for i = from + 1 + n, #ARGV do queues[#queues + 1] = ARGV[i] end
-  return queues, #queues == 0, served
+  return queues, #queues == 0, served, lims
 end
-

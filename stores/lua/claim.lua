@@ -1,6 +1,8 @@
--- ARGV: P, owner, now, expiry, limit, n, flow * n, [queue ...] (see scope_args)
+-- ARGV: P, owner, now, expiry, limit, m, queue limits * m, n, flow * n,
+--       [queue ...] (see scope_args)
 local bad = badnum(ARGV[3], 'now') or badnum(ARGV[4], 'expiry') or badnum(ARGV[5], 'limit', true)
-  or badnum(ARGV[6], 'flow count', true)
+  or badnum(ARGV[6], 'limit count', true)
 if bad then return err('invalid', bad) end
-local queues, every, served = scope_args(6)
-return take(ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]), queues, every, served)
+local queues, every, served, lims = scope_args(6)
+if not queues then return err('invalid', every) end
+return (take(ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]), queues, every, served, lims))

@@ -30,7 +30,7 @@ if bad then return err('corrupt', where, bad) end
 local h = redis.call('HGETALL', key)
 local kept = {}
 local skip = {lease_owner = true, lease_exp = true, deadline = true, result = true,
-              result_type = true, error = true, reason = true}
+              result_type = true, error = true, reason = true, slot = true}
 for i = 1, #h, 2 do
   if not skip[h[i]] then kept[#kept + 1] = h[i]; kept[#kept + 1] = h[i + 1] end
 end
@@ -58,6 +58,7 @@ redis.call('HSET', key, 'args', ARGV[5], 'gen', string.format('%.0f', tonumber(g
            'jseq', '0', 'cp_n', '0', 'recoveries', '0')
 redis.call('HINCRBY', key, 'fence', 1)
 redis.call('ZREM', P .. K.leases, id)
+vacate(id)  -- the next generation takes a slot again when it is claimed
 emit(id, 'run.continued_as_new', now, '', ARGV[6])
 checkpoint(id, 'run_started', '', 'running', now)
 enqueue(id)

@@ -1,10 +1,15 @@
 -- ARGV: P, owner, now, expiry, limit, max recoveries, error JSON,
---       n, flow * n, [queue ...] (see scope_args)
--- A worker's whole loop in one round trip: maintain, then take.
+--       m, queue limits * m, n, flow * n, [queue ...] (see scope_args)
+-- A worker's whole loop in one round trip: maintain, then take. The next due
+-- time includes when a rate-limited queue next has room; a 7th tick value is
+-- 1 when a ready run waits for this worker's own cap (worker_concurrency).
 local bad = badnum(ARGV[3], 'now') or badnum(ARGV[4], 'expiry') or badnum(ARGV[5], 'limit', true)
-  or badnum(ARGV[6], 'max recoveries', true) or badnum(ARGV[8], 'flow count', true)
+  or badnum(ARGV[6], 'max recoveries', true) or badnum(ARGV[8], 'limit count', true)
 if bad then return err('invalid', bad) end
+local queues, every, served, lims = scope_args(8)
+if not queues then return err('invalid', every) end
 local f, r, nt, nl, fixed, damage = maintain(ARGV[3], 100, ARGV[6], ARGV[7])
-local queues, every, served = scope_args(8)
-return {{f, r, nt, nl, fixed, damage},
-        take(ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]), queues, every, served)}
+local out, room, capped = take(ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]), queues, every,
+                               served, lims)
+if room ~= '' and (nt == '' or tonumber(room) < tonumber(nt)) then nt = room end
+return {{f, r, nt, nl, fixed, damage, capped and 1 or 0}, out}

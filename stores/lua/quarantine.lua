@@ -21,6 +21,7 @@ elseif redis.call('ZSCORE', P .. K.leases, id) then
   return 0
 end
 if st and TERMINAL[st] then return 0 end
+vacate(id)
 for s in pairs(ALLOWED) do redis.call('ZREM', P .. K.status .. s, id) end
 if q then redis.call('ZREM', P .. K.queue .. q, id) end
 redis.call('ZREM', P .. K.timers, id)

@@ -7,5 +7,6 @@ if bad then return err('corrupt', where, bad) end
 redis.call('HINCRBY', KEYS[1], 'fence', 1)
 redis.call('HDEL', KEYS[1], 'lease_owner', 'lease_exp')
 redis.call('ZREM', P .. K.leases, id)
+vacate(id)
 enqueue(id)
 return 1

@@ -1,4 +1,8 @@
--- KEYS: run. ARGV: P, id, args_hash, event data, field, value, ...
+-- KEYS: run. ARGV: P, id, args_hash, event data, max pending|'', field, value, ...
+-- Returns {1, 'pending'} (created), {0 | -1, status} (the id exists: same
+-- arguments or not), or {-2, depth} when the run's queue already holds `max
+-- pending` ready runs (nothing written). A run with a start_at field later
+-- than its creation waits on the timer index until then (maintain queues it).
 local key, id = KEYS[1], ARGV[2]
 if redis.call('EXISTS', key) == 1 then
   local where, bad, st = damaged(id)
@@ -7,9 +11,18 @@ if redis.call('EXISTS', key) == 1 then
   return {same and 0 or -1, st}
 end
 local fields = {'args_hash', ARGV[3]}
-for i = 5, #ARGV do fields[#fields + 1] = ARGV[i] end
-local bad = bad_fields(fields)
+for i = 6, #ARGV do fields[#fields + 1] = ARGV[i] end
+local bad = bad_fields(fields) or badnum(ARGV[5], 'max pending', true, true)
 if bad then return err('invalid', bad) end
+local q, at = nil, nil
+for i = 1, #fields, 2 do
+  if fields[i] == 'queue' then q = fields[i + 1] elseif fields[i] == 'start_at' then at = fields[i + 1] end
+end
+if at and not isnum(at) then return err('invalid', 'start_at must be a finite number') end
+if ARGV[5] ~= '' then
+  local depth = redis.call('ZCARD', P .. K.queue .. q)
+  if depth >= tonumber(ARGV[5]) then return {-2, tostring(depth)} end
+end
 local log = P .. K.events .. id
 bad = mistyped(log, 'stream')
 if bad then return err('corrupt', log, bad) end
@@ -20,5 +33,11 @@ redis.call('ZADD', P .. K.runs, created, id)
 local parent = redis.call('HGET', key, 'parent')
 if parent then redis.call('ZADD', P .. K.children .. parent, created, id) end
 emit(id, 'run.created', created, '', ARGV[4])
-enqueue(id)
+if at and tonumber(at) > tonumber(created) then
+  redis.call('ZADD', P .. K.timers, at, id)
+  -- idle workers block until the deadline they knew of: let one look again
+  nudge(q)
+else
+  enqueue(id)
+end
 return {1, 'pending'}

@@ -49,6 +49,7 @@ i = i + 1 + nbox
 redis.call('HINCRBY', KEYS[1], 'fence', 1)
 redis.call('HDEL', KEYS[1], 'lease_owner', 'lease_exp')
 redis.call('ZREM', P .. K.leases, id)
+vacate(id)  -- a parked run holds no slot of its queue
 if ready then
   enqueue(id)
   return 0

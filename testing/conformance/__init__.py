@@ -50,8 +50,10 @@ from testing.conformance._leases import LeaseChecks  # noqa: E402
 from testing.conformance._lifecycle import LifecycleChecks  # noqa: E402
 from testing.conformance._outbox import OutboxChecks  # noqa: E402
 from testing.conformance._quarantine import QuarantineChecks  # noqa: E402
+from testing.conformance._queues import QueueLimitChecks  # noqa: E402
 from testing.conformance._retention import RetentionChecks  # noqa: E402
 from testing.conformance._runs import RunChecks  # noqa: E402
+from testing.conformance._schedules import ScheduleChecks  # noqa: E402
 from testing.conformance._timeouts import TimeoutChecks  # noqa: E402
 from testing.conformance._waits import WaitChecks  # noqa: E402
 from testing.conformance._workers import WorkerChecks  # noqa: E402
@@ -80,6 +82,8 @@ class StoreConformance(
     EventChecks,
     ContinueChecks,
     CancelRequestChecks,
+    QueueLimitChecks,
+    ScheduleChecks,
 ):
     """Every check of the store protocol, for pytest to collect in a subclass.
 
