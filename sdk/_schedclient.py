@@ -111,7 +111,8 @@ class ScheduleClient(ClientBase):
         stored = await self._schedule(schedule_id)
         now = self.clock.time()
         await self._op(schedule_id, ScheduleOp.TRIGGER, now=now)
-        return RunHandle(self, tick_run_id(schedule_id, Cron(stored.cron, stored.tz).local(now)))
+        tick = Cron(stored.cron, stored.tz).local(now)
+        return RunHandle(self, self.store.schedule_run_id(tick_run_id(schedule_id, tick)))
 
     async def _op(
         self, schedule_id: str, op: ScheduleOp, next_at: float | None = None,

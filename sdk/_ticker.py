@@ -164,7 +164,7 @@ class Ticker:
         tick = cron.local(t)
         args, kwargs = fd.decode_args(s.args, self.serializer)
         args[0] = tick
-        run_id = tick_run_id(s.schedule_id, tick)
+        run_id = self.store.schedule_run_id(tick_run_id(s.schedule_id, tick))
         new = new_run(
             fd, tuple(args), kwargs, self.serializer, run_id=run_id, priority=0,
             queue=s.queue, tenant_id=None, options=None, now=now,

@@ -10,9 +10,13 @@ partition's base (``<prefix>:{p<N>}:``) and append the same suffixes as the
 
 from __future__ import annotations
 
+import re
 import zlib
 
 __all__ = ["RUN_SUFFIXES", "SHARED_SUFFIXES", "SUFFIX", "Keys"]
+
+#: The suffix of an archived generation's id (see `Keys.partition`).
+_ARCHIVED = re.compile(r"~g[0-9]+$")
 
 #: Key suffixes after the partition base. Lua gets the same table.
 SUFFIX = {
@@ -99,9 +103,25 @@ class Keys:
         self.partitions = partitions
 
     def partition(self, run_id: str) -> int:
+        """The run's partition: a stable hash of its id. An archived generation
+        (``"<run id>~g<n>"``, a suffix no user id may have) lives with its run,
+        where the script that archived it wrote it."""
         if self.partitions == 1:
             return 0
+        archived = _ARCHIVED.search(run_id)
+        if archived is not None:
+            run_id = run_id[: archived.start()]
         return zlib.crc32(run_id.encode()) % self.partitions
+
+    def in_partition(self, run_id: str, partition: int) -> str:
+        """`run_id`, or the first of ``run_id + "~p1"``, ``"~p2"``... that lives in
+        `partition`: a deterministic id for a run that one script must write
+        with keys of that partition (a schedule's tick run)."""
+        candidate, n = run_id, 0
+        while self.partition(candidate) != partition:
+            n += 1
+            candidate = f"{run_id}~p{n}"
+        return candidate
 
     def base(self, partition: int) -> str:
         return f"{self.prefix}:{{p{partition}}}:"

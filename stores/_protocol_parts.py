@@ -197,10 +197,15 @@ class ScheduleStore(Protocol):
     workers fire. The engine computes tick times (cron, time zones); the store
     keeps them and starts a tick's run in the same atomic write that advances
     the schedule, so a tick is fired once whatever the number of workers, and a
-    crash cannot lose or double it. A store may refuse schedules (`ValueError`
-    from `save_schedule` and `schedule_op`) when it cannot keep a schedule and
-    its runs in one atomic write (a Redis store with several partitions): then
-    it lists none and has none due."""
+    crash cannot lose or double it. A tick's run gets its id from
+    `schedule_run_id`, so that it lives where one write can create it with the
+    schedule (a Redis store with several partitions keeps both in its first)."""
+
+    def schedule_run_id(self, run_id: str) -> str:
+        """The id a tick run named `run_id` gets: `run_id`, or a deterministic
+        variant of it (the same for every caller) that this store can write in
+        one atomic step with the schedule. No I/O."""
+        ...
 
     async def save_schedule(self, new: NewSchedule, *, replace: bool, now: float) -> int:
         """Create a schedule: 1. The same spec again: 0, nothing written. Another

@@ -4,9 +4,9 @@
 A schedule is a hash (``sch:<id>``) in partition 0, listed in ``schedules``;
 while it needs a worker it sits in its flow's due index (``schq:<flow>``,
 score: when). Its tick runs are created by the same script that advances it
-(``schedule_fire.lua``), in the same slot: so schedules need a store with one
-partition (the default; a Redis Cluster deployment with several partitions
-cannot keep a tick and its run in one atomic script, and is refused).
+(``schedule_fire.lua``), in the same slot: with several partitions, a tick
+run's id gets the first ``~p<n>`` suffix that puts it in partition 0
+(`schedule_run_id`), deterministic, so every worker derives the same id.
 """
 
 from __future__ import annotations
@@ -38,12 +38,10 @@ class Schedules(Children):
     child starts are: `Children._pipelined`)."""
 
     def _schedule_key(self, schedule_id: str) -> str:
-        if self.keys.partitions != 1:
-            raise ValueError(
-                "schedules need a store with one partition: a tick's run and its "
-                f"schedule must share a slot (this store has {self.keys.partitions})"
-            )
         return self.keys.base(0) + SUFFIX["schedule"] + schedule_id
+
+    def schedule_run_id(self, run_id: str) -> str:
+        return self.keys.in_partition(run_id, 0)
 
     async def save_schedule(self, new: NewSchedule, *, replace: bool, now: float) -> int:
         key = self._schedule_key(new.schedule_id)
@@ -73,8 +71,6 @@ class Schedules(Children):
 
     async def schedules(self, schedule_ids: Sequence[str] | None = None) -> list[StoredSchedule]:
         ids: list[str]
-        if self.keys.partitions != 1:  # none can exist there
-            return []
         if schedule_ids is None:
             ids = [
                 str(x)
@@ -106,7 +102,7 @@ class Schedules(Children):
     async def due_schedules(
         self, flows: Sequence[str], now: float
     ) -> tuple[list[StoredSchedule], float | None]:
-        if not flows or self.keys.partitions != 1:  # none can exist there
+        if not flows:
             return [], None
         reply = await self._call(
             "schedule_due",

@@ -289,3 +289,21 @@ async def test_a_run_claimed_again_before_its_last_activation_ended_stays_tracke
         assert await handle.result(timeout=2) == 0 + 1 + 2 + 3 + 4000
         assert tracked == [True] * 3  # one per continue (generations 0 to 2)
         assert not env.worker._inflight
+
+
+async def test_archived_generations_are_readable_on_a_partitioned_store(
+    partitioned: RedisStore,
+) -> None:
+    # An archive is written by the script that runs in its run's partition; its id
+    # ("<run>~g<n>") must lead readers there, whatever it hashes to on its own.
+    async with FlowTestEnv(store=partitioned) as env:
+        for run_id in ("a", "b", "d", "e"):
+            handle = await env.start(counter, 0, until=3, run_id=run_id)
+            await env.run_until_idle()
+            assert await handle.result() == 3 + 3 * 1000
+            for g in (0, 1):
+                old = await env.client.get(f"{run_id}~g{g}")
+                assert (old.status, old.reason) == ("completed", "continued_as_new")
+                assert partitioned.keys.partition(f"{run_id}~g{g}") == (
+                    partitioned.keys.partition(run_id)
+                )

@@ -312,17 +312,33 @@ def test_a_scheduled_flow_needs_a_parameter_for_the_tick() -> None:
         scheduled("0 * * * *", tz="Nowhere/Land")
 
 
-async def test_a_store_with_several_partitions_refuses_schedules_and_still_serves(
+async def test_a_store_with_several_partitions_fires_one_run_per_tick(
     partitioned: RedisStore,
 ) -> None:
-    async with FlowTestEnv(FakeClock(START), store=partitioned, registry=REG) as env:
-        with pytest.raises(ValueError, match="schedules need a store with one partition"):
-            await env.client.create_schedule("p", report, cron="0 * * * *", args=("eu",))
-        assert await env.client.list_schedules() == []
-        # its worker (serving the @scheduled flows too) runs other runs as usual
-        handle = await env.start(report, START, "eu", run_id="plain")
-        await env.advance(timedelta(hours=1))
+    # A tick's run is created by the script that advances its schedule, in the
+    # schedules' partition: its id gets the "~p<n>" suffix that puts it there.
+    async with env_at(partitioned) as env:
+        await env.client.create_schedule("p", report, cron="0 * * * *", args=("eu",))
+        other = Worker(partitioned, registry=REG, clock=env.clock, flows=[report, held])
+        for _ in range(8):
+            env.clock.advance(timedelta(hours=1))
+            await asyncio.gather(env.worker.run_until_idle(), other.run_until_idle())
+        runs = await env.client.list_runs(flow=report, limit=100)
+        assert len(runs) == 8 and {r.status for r in runs} == {RunStatus.COMPLETED}
+        keys = partitioned.keys
+        for r in runs:
+            base = r.run_id.split("~p")[0]
+            assert base.startswith("p@2026-01-05T")
+            assert r.run_id == partitioned.schedule_run_id(base) == keys.in_partition(base, 0)
+            assert keys.partition(r.run_id) == 0
+        assert any("~p" in r.run_id for r in runs)  # some ids needed a suffix
+        assert all(n == 1 for n in TICKS.values()) and len(TICKS) == 8
+        info = (await env.client.list_schedules())[0]
+        assert info.fired == 8 and info.last_run_id in {r.run_id for r in runs}
+        handle = await env.client.trigger_schedule("p")
+        await env.run_until_idle()
         assert await handle.result() == "eu:3"
+        assert keys.partition(handle.run_id) == 0
 
 
 async def test_a_worker_restarting_after_downtime_keeps_the_decorated_schedule(

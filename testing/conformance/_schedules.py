@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
-
 from stores.protocol import (
     NewSchedule,
     RunStatus,
@@ -51,13 +49,15 @@ async def _one(store: Store, sid: str = "s1") -> StoredSchedule:
 class ScheduleChecks:
     """`save_schedule`, `schedule_op`, `schedules`, `due_schedules`, `fire_schedules`."""
 
+    async def test_a_tick_run_id_is_deterministic(self, store: Store) -> None:
+        run_id = store.schedule_run_id("s1@2026-01-05T01:00:00+00:00")
+        assert run_id.startswith("s1@2026-01-05T01:00:00+00:00")
+        assert store.schedule_run_id("s1@2026-01-05T01:00:00+00:00") == run_id
+
     async def test_saving_the_same_spec_again_changes_nothing_and_another_conflicts(
         self, store: Store
     ) -> None:
-        try:
-            assert await store.save_schedule(_schedule(), replace=False, now=T0) == 1
-        except ValueError:
-            pytest.skip("this store refuses schedules (see ScheduleStore)")
+        assert await store.save_schedule(_schedule(), replace=False, now=T0) == 1
         before = await _one(store)
         assert await store.save_schedule(_schedule(), replace=False, now=T0 + 5) == 0
         assert await _one(store) == before
@@ -69,10 +69,7 @@ class ScheduleChecks:
         assert await store.schedules(["unknown"]) == []
 
     async def test_a_due_tick_fires_once_and_advances_the_schedule(self, store: Store) -> None:
-        try:
-            await store.save_schedule(_schedule(), replace=False, now=T0)
-        except ValueError:
-            pytest.skip("this store refuses schedules (see ScheduleStore)")
+        await store.save_schedule(_schedule(), replace=False, now=T0)
         assert await store.due_schedules([FLOW], T0 + 10) == ([], T0 + HOUR)
         now = T0 + HOUR + 1
         [due], nxt = await store.due_schedules([FLOW], now)
@@ -91,10 +88,7 @@ class ScheduleChecks:
     async def test_overlap_skip_and_buffer_one_while_the_last_run_goes_on(
         self, store: Store
     ) -> None:
-        try:
-            await store.save_schedule(_schedule(overlap="buffer_one"), replace=False, now=T0)
-        except ValueError:
-            pytest.skip("this store refuses schedules (see ScheduleStore)")
+        await store.save_schedule(_schedule(overlap="buffer_one"), replace=False, now=T0)
         t1, t2, t3 = T0 + HOUR, T0 + 2 * HOUR, T0 + 3 * HOUR
         [s], _ = await store.due_schedules([FLOW], t1)
         await store.fire_schedules([_fire(s, t1, _start("s1", t1), next_at=t2)])
@@ -116,10 +110,7 @@ class ScheduleChecks:
         assert (await _one(store)).buffered is None
 
     async def test_pause_resume_trigger_and_delete(self, store: Store) -> None:
-        try:
-            await store.save_schedule(_schedule(), replace=False, now=T0)
-        except ValueError:
-            pytest.skip("this store refuses schedules (see ScheduleStore)")
+        await store.save_schedule(_schedule(), replace=False, now=T0)
         assert await store.schedule_op("s1", ScheduleOp.PAUSE, T0)
         assert (await _one(store)).paused
         assert await store.due_schedules([FLOW], T0 + 2 * HOUR) == ([], None)
