@@ -2,24 +2,18 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.docsnippets import section_code as snippets
+
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "composition.md"
 
 
 def section_code(title: str) -> str:
-    """The ```python blocks of the page's section `title`, in order, as one module."""
-    text = PAGE.read_text(encoding="utf-8")
-    start = text.index(f"\n## {title}\n")
-    end = text.find("\n## ", start + 1)
-    section = text[start : end if end != -1 else len(text)]
-    blocks = re.findall(r"^```python\n(.*?)^```$", section, re.S | re.M)
-    assert blocks, f"no python snippet under {title!r}"
-    return "\n".join(blocks)
+    return snippets(PAGE, title)
 
 
 @pytest.mark.xdist_group("docs-composition")  # the snippets register flows once per process

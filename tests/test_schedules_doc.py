@@ -7,24 +7,18 @@ create its schedule.
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 from pathlib import Path
+
+from tests.docsnippets import section_code as snippets
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "queues-and-schedules.md"
 
 
 def section_code(title: str) -> str:
-    """The ```python blocks of the page's section `title` (its subsections too), in order."""
-    text = PAGE.read_text(encoding="utf-8")
-    start = text.index(f"\n## {title}\n")
-    end = text.find("\n## ", start + 1)
-    section = text[start : end if end != -1 else len(text)]
-    blocks = re.findall(r"^```python\n(.*?)^```$", section, re.S | re.M)
-    assert blocks, f"no python snippet under {title!r}"
-    return "\n".join(blocks)
+    return snippets(PAGE, title)
 
 
 def test_the_schedules_snippets_run() -> None:
