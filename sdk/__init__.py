@@ -24,7 +24,9 @@ from sdk._flowdef import flow
 from sdk._outbox import Intent, IntentStatus, channel, emit
 from sdk._primitives import (
     continue_as_new,
+    deprecate_patch,
     now,
+    patched,
     sleep,
     sleep_until,
     uuid4,
@@ -88,9 +90,11 @@ __all__ = [
     "continue_as_new",
     "current_run",
     "current_step",
+    "deprecate_patch",
     "emit",
     "flow",
     "now",
+    "patched",
     "run_child",
     "scheduled",
     "sleep",

@@ -208,6 +208,8 @@ class Activation(FlowCalls):
                     continue
             if cursor.new:
                 self._start_new()
+                if self.abandoned:  # an interceptor's simulated crash
+                    continue
             if self.writes.batches and self._deliver_batches():
                 continue
             if self.waiting and self.resolving is None:
@@ -297,6 +299,11 @@ class Activation(FlowCalls):
         for op in self.cursor.take_new():
             if op.done or (op.fut is not None and op.fut.cancelled()):
                 continue  # canceled by the flow before it started
+            if isinstance(op, (WaitOp, SleepOp, ChildOp)) and self.engine.interceptors:
+                try:
+                    self._call_hooks(op)
+                except Abandon:
+                    return
             if isinstance(op, ChildOp):
                 children.append(op)  # started together: one batch (see sdk._children)
             elif isinstance(op, StepOp):
@@ -467,6 +474,22 @@ class Activation(FlowCalls):
 
     def step_finished(self, op: StepOp, attempt: int) -> None:
         self._hooks("step_finished", op, attempt)
+
+    def _call_hooks(self, op: Op, finished: bool = False) -> None:
+        try:
+            for hook in self.engine.interceptors:
+                if finished:
+                    hook.call_finished(self.run_id, op.key, op.kind.value)
+                else:
+                    hook.call_started(self.run_id, op.key, op.kind.value)
+        except Abandon:
+            self.abandon()
+            raise
+
+    def call_finished(self, op: Op) -> None:
+        """A wait or sleep's outcome is recorded (interceptors may crash here)."""
+        if self.engine.interceptors:
+            self._call_hooks(op, finished=True)
 
     def _hooks(self, name: str, op: StepOp, attempt: int) -> None:
         try:

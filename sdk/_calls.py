@@ -16,7 +16,9 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from sdk._children import ChildWaitOp, make_child_op
-from sdk._ops import EventWaitOp, NowOp, Op, SleepOp, StepOp, TimerOp, UuidOp, WaitOp
+from sdk._cursor import patch_key
+from sdk._ops import EventWaitOp, NowOp, Op, PatchOp, SleepOp, StepOp, TimerOp, UuidOp, WaitOp
+from sdk.errors import NonDeterminismError
 
 if TYPE_CHECKING:
     from sdk._aio import FlowLoop
@@ -73,6 +75,7 @@ class FlowCalls:
     loop: FlowLoop
     discarding: bool
     abandoned: bool
+    _lineage_raw: dict[str, str]
     continuing: str | None
     waiting: dict[int, Op]
 
@@ -113,6 +116,34 @@ class FlowCalls:
     def uuid4(self) -> Coroutine[Any, Any, Any]:
         key, pos = self.cursor.alloc("~uuid4")
         return self._await(UuidOp(key, pos, make=lambda: str(uuid.uuid4())))
+
+    def patched(self, change_id: str) -> Coroutine[Any, Any, bool]:
+        known = self.cursor.answered(change_id)
+        if known is not None:  # the same change id again: the same answer, no call
+            return self._answer(known)
+        if self.discarding or self.abandoned:
+            return self._answer(None)
+        try:
+            pos = self.cursor.patch(change_id, self._lineage_raw)
+        except NonDeterminismError as exc:  # raised where it is awaited, as other calls'
+            return self._answer(exc)
+        if pos is None:  # the old path: no call, so later calls keep their positions
+            return self._answer(False)
+        return self._await(PatchOp(patch_key(change_id), pos, make=lambda: change_id))
+
+    async def _answer(self, answer: bool | NonDeterminismError | None) -> bool:
+        if isinstance(answer, NonDeterminismError):
+            raise answer
+        if answer is None or self.discarding or self.abandoned:
+            raise _Evicted(_TOKEN)
+        if self.continuing is not None:
+            raise _ContinueAsNew(_TOKEN)
+        return answer
+
+    def deprecate_patch(self, change_id: str) -> None:
+        if self.discarding or self.abandoned:
+            raise _Evicted(_TOKEN)
+        self.cursor.deprecate(change_id)
 
     def start_child(
         self, new: NewRun, fd: FlowDef | None, own_id: bool

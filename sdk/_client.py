@@ -25,6 +25,7 @@ from sdk._checks import (
 )
 from sdk._clientbase import Authorizer, RunHandle
 from sdk._clock import Clock, SystemClock, seconds
+from sdk._export import Exporting
 from sdk._flowdef import FlowDef
 from sdk._history import History
 from sdk._lineage import Lineages
@@ -52,7 +53,7 @@ if TYPE_CHECKING:
 __all__ = ["Authorizer", "Client", "RunHandle"]
 
 
-class Client(History, Lineages, EventSending, Queuing, ScheduleClient):
+class Client(History, Lineages, EventSending, Queuing, ScheduleClient, Exporting):
     """Starts and steers runs.
 
     Args:

@@ -11,10 +11,21 @@ A cancel given to the flow (see `sdk._activation`) is the record `CANCEL_KEY`:
 no call of the flow made it (its position is `CANCEL_POS`, outside the
 flow's), but its round is a round of the run, in which a replay gives the
 cancel again (`cancel_due`).
+
+Patches (`sdk.patched`): a marker ``~patch:{change_id}`` takes a position only
+when it is journaled (the new path). A run whose journal holds calls at or
+after the position where `patched` is called, and no marker there, passed this
+point on the old code: `patched` answers False *without taking a position*, so
+the old run's calls that follow keep their recorded positions. A run that holds
+the marker there replays it (True) in its round, like ``now()``. A run with no
+record from there on is live: the marker is journaled (True). `deprecate_patch`
+takes the marker's position, if the journal holds it there, and drops it from
+its round, so a marked run replays on code that no longer calls `patched`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from sdk._journal import Journal, Record
@@ -25,12 +36,17 @@ from sdk.errors import NonDeterminismError, RegistryConflict
 if TYPE_CHECKING:
     from sdk._step import StepSpec
 
-__all__ = ["CANCEL_KEY", "CANCEL_POS", "ReplayCursor"]
+__all__ = ["CANCEL_KEY", "CANCEL_POS", "ReplayCursor", "patch_key"]
 
 #: The journal key of a cancel given to the flow (reserved: no step name has "~").
 CANCEL_KEY = "~cancel"
 #: Its position: before every call of the flow, so never one of them.
 CANCEL_POS = -1
+
+
+def patch_key(change_id: str) -> str:
+    """The journal key of a patch marker (reserved namespace, one per change id)."""
+    return f"~patch:{change_id}"
 
 
 def _pos(op: Op) -> int:
@@ -63,6 +79,9 @@ class ReplayCursor:
         self.new: list[Op] = []  # calls to start at the live frontier
         self._asap: list[Op] = []  # format-1 outcomes: delivered as soon as called
         self._pos = 0
+        self._made: list[str] = []  # the key of each call made, by position (for diffs)
+        self._patches: dict[str, bool] = {}  # change id -> what patched() answered
+        self._lineage_last: int | None = None  # last position of a lineage's records
         self._counts: dict[str, int] = {}
         self._specs: dict[str, StepSpec] = {}  # step name -> the step using it in this run
 
@@ -84,9 +103,72 @@ class ReplayCursor:
         """Next key for `name` and next position; synchronous, so gather is deterministic."""
         n = self._counts.get(name, 0) + 1
         self._counts[name] = n
+        key = f"{name}#{n}"
+        return key, self._take(key)
+
+    def _take(self, key: str) -> int:
         pos = self._pos
         self._pos = pos + 1
-        return f"{name}#{n}", pos
+        self._made.append(key)
+        return pos
+
+    def patch(self, change_id: str, lineage: Mapping[str, str]) -> int | None:
+        """Where ``patched(change_id)`` journals (or replays) its marker, or None:
+        it answers False and takes no position. `answered` says what it answered
+        before in this activation (then it takes no position either).
+
+        `lineage`: a replay's or fork's source records (key -> JSON); in a run
+        with no record from here on, they decide as the source's journal would.
+        Raises `NonDeterminismError` (the marker is recorded at another position).
+        """
+        if self.fatal is not None:
+            raise self.fatal
+        key, pos = patch_key(change_id), self._pos
+        rec = self.journal.by_pos.get(pos)
+        if rec is not None and rec.key == key:
+            marked = True  # a run that took the new path here: replay its marker
+        elif key in self.journal.by_key:
+            raise self.error(pos, None, key)
+        elif self.journal.last_pos >= pos:
+            marked = False  # the run passed this point before the patch existed
+        elif key in lineage:
+            marked = True
+        else:
+            marked = self._lineage_before(pos, lineage)
+        self._patches[change_id] = marked
+        return self._take(key) if marked else None
+
+    def answered(self, change_id: str) -> bool | None:
+        """What ``patched(change_id)`` answered in this activation (None: not called)."""
+        return self._patches.get(change_id)
+
+    def _lineage_before(self, pos: int, lineage: Mapping[str, str]) -> bool:
+        """Whether the lineage's source run had not reached `pos` (so: the new path)."""
+        if not lineage:
+            return True
+        if self._lineage_last is None:
+            self._lineage_last = max(Record.from_json(raw).pos for raw in lineage.values())
+        return self._lineage_last < pos
+
+    def deprecate(self, change_id: str) -> None:
+        """``deprecate_patch(change_id)``: a marker the journal holds at this position
+        takes it, and leaves its round (nothing awaits it)."""
+        if self.fatal is not None:
+            raise self.fatal
+        key, pos = patch_key(change_id), self._pos
+        rec = self.journal.by_pos.get(pos)
+        if rec is None or rec.key != key:
+            return  # a run that never recorded the marker (here): nothing to skip
+        self._take(key)
+        r = rec.r
+        if r is None or r <= self.round:
+            return  # format 1 (no rounds), or already delivered (it cannot be: not made)
+        left = [p for p in self.journal.rounds.get(r, ()) if p != pos]
+        if left:
+            self.journal.rounds[r] = left
+        else:  # the marker was the round's only outcome: the round is gone
+            self.journal.rounds.pop(r, None)
+            self._rounds.remove(r)
 
     def check_step(self, spec: StepSpec) -> None:
         """A step name is used by one step function per run (its keys would mix)."""
@@ -120,12 +202,10 @@ class ReplayCursor:
         elif rec.r is None:
             self._asap.append(op)
         elif rec.r <= self.round:
-            raise self.diverged(
-                NonDeterminismError(
-                    self.run_id, op.pos, rec.key, op.key,
-                    detail=f"the journal records {op.key!r} as completed in round {rec.r}, "
-                    "before the flow made this call (concurrent calls in another order)",
-                )
+            raise self.error(
+                op.pos, rec.key, op.key,
+                detail=f"the journal records {op.key!r} as completed in round {rec.r}, "
+                "before the flow made this call (concurrent calls in another order)",
             )  # fmt: skip
 
     def _check(self, key: str, pos: int) -> Record | None:
@@ -133,13 +213,21 @@ class ReplayCursor:
         rec = self.journal.by_pos.get(pos)
         if rec is not None:
             if rec.key != key:
-                raise self.diverged(NonDeterminismError(self.run_id, pos, rec.key, key))
+                raise self.error(pos, rec.key, key)
             return rec
         if key in self.journal.by_key:
-            raise self.diverged(NonDeterminismError(self.run_id, pos, None, key))
+            raise self.error(pos, None, key)
         return None
 
-    def diverged(self, err: NonDeterminismError) -> NonDeterminismError:
+    def error(
+        self, pos: int, recorded: str | None, called: str | None, *, detail: str | None = None
+    ) -> NonDeterminismError:
+        """The divergence at `pos`, with the diff of the recorded calls and the calls
+        made (`NonDeterminismError`); remembered as `fatal` (the first one)."""
+        journal = {p: rec.key for p, rec in self.journal.by_pos.items() if p != CANCEL_POS}
+        err = NonDeterminismError(
+            self.run_id, pos, recorded, called, detail=detail, journal=journal, calls=self._made
+        )
         if self.fatal is None:
             self.fatal = err
         return err
@@ -167,12 +255,10 @@ class ReplayCursor:
         missing = [p for p in positions if p not in self.ops]
         if missing:
             key = self.journal.by_pos[missing[0]].key
-            self.diverged(
-                NonDeterminismError(
-                    self.run_id, missing[0], key, None,
-                    detail=f"the journal records {key!r} there, completed in round {r}, "
-                    "and the flow had not made that call by then",
-                )
+            self.error(
+                missing[0], key, None,
+                detail=f"the journal records {key!r} there, completed in round {r}, "
+                "and the flow had not made that call by then",
             )  # fmt: skip
             return None
         self.round = r

@@ -19,7 +19,7 @@ from sdk._ops import STEP_TAG
 from sdk._serde import clean_message, converter, dumps, exception_message, type_path
 from sdk._types import ErrorInfo, Reason, RunStatus
 from sdk._writes import Stop
-from sdk.errors import FlowBlocked, NonDeterminismError, SerializationError
+from sdk.errors import FlowBlocked, SerializationError
 from stores.protocol import CorruptData, Parked, Refusal, Refused
 
 if TYPE_CHECKING:
@@ -55,7 +55,7 @@ async def conclude(act: Activation) -> None:
     if unreached is not None:
         # The flow returned before reaching calls the journal holds: the
         # code changed (e.g. a step was removed), just as a changed call is.
-        err = NonDeterminismError(act.run_id, unreached.pos, unreached.key, None)
+        err = act.cursor.error(unreached.pos, unreached.key, None)
         await fail(act, type(err), str(err), None, Reason.NON_DETERMINISM)
         return
     flow = act.flow
@@ -122,7 +122,7 @@ async def continue_as_new(act: Activation) -> None:
         return
     unreached = act.cursor.unreached()
     if unreached is not None:  # the journal holds calls after this point: code changed
-        err = NonDeterminismError(act.run_id, unreached.pos, unreached.key, "~continue_as_new")
+        err = act.cursor.error(unreached.pos, unreached.key, "~continue_as_new")
         await fail(act, type(err), str(err), None, Reason.NON_DETERMINISM)
         return
     run_id, gen = act.run_id, act.stored.generation

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -29,6 +30,9 @@ class Engine:
     interceptors: list[Interceptor] = attrs.field(factory=list)
     serializer: Serializer = attrs.field(factory=Serializer.default)
     registry: Registry = attrs.field(factory=Registry.default)
+    #: step name -> the callable run instead of its body, by this engine only
+    #: (`testing.FlowTestEnv.stub`); called with the step's arguments
+    stubs: dict[str, Callable[..., Any]] = attrs.field(factory=dict)
     _client: Client | None = None
 
     def client(self) -> Client:

@@ -1,6 +1,7 @@
-"""Interceptors: hooks around the execution of steps, for tools and test kits.
+"""Interceptors: hooks around the execution of steps and durable calls, for tools and test kits.
 
-The engine calls every interceptor of its worker around each step attempt. An
+The engine calls every interceptor of its worker around each step attempt, and
+as each wait, sleep or child start begins and each wait or sleep completes. An
 interceptor observes (tracing, metrics), or, for the test kit, simulates a
 crash by raising `Abandon`: the activation then stops at once, as if its
 process had died there (see `testing.FlowTestEnv.crash_at`).
@@ -22,10 +23,11 @@ class Abandon(BaseException):
 
 
 class Interceptor:
-    """Hooks around step attempts. Each one does nothing unless overridden.
+    """Hooks around step attempts and durable calls. Each one does nothing unless
+    overridden.
 
-    Attributes of the call: the run id, the step key, and the attempt number
-    (1 for the first).
+    Arguments of the step hooks: the run id, the step key, and the attempt
+    number (1 for the first).
     """
 
     def step_started(self, run_id: str, key: str, attempt: int) -> None:
@@ -33,3 +35,13 @@ class Interceptor:
 
     def step_finished(self, run_id: str, key: str, attempt: int) -> None:
         """After the body returned, before its result is recorded."""
+
+    def call_started(self, run_id: str, key: str, kind: str) -> None:
+        """A wait, a sleep or a child start (`kind`: ``"wait"``, ``"sleep"``,
+        ``"child"``) begins at the live frontier, before anything of it is
+        written. A call that parks the run begins again in each activation
+        until it completes."""
+
+    def call_finished(self, run_id: str, key: str, kind: str) -> None:
+        """A wait or a sleep (`kind`: ``"wait"``, ``"sleep"``) completed and its
+        outcome is recorded, before the flow is given it."""

@@ -30,6 +30,7 @@ class Kind(enum.StrEnum):
     TIMER = "timer"  # an asyncio timer of the flow's loop (asyncio.sleep, asyncio.timeout...)
     CANCEL = "cancel"  # the cancel request given to the flow (`sdk._cursor.CANCEL_KEY`)
     CHILD = "child"  # start_child: the child run's id (or why it could not start)
+    PATCH = "patch"  # a patch marker: `patched(change_id)` took the new path here
 
 
 class State(enum.StrEnum):

@@ -31,7 +31,7 @@ FORK_OPTIONS = frozenset(
     {"queue", "priority", "tenant_id", "flow_version", "retry", "environment", "thread_id",
      "trace_id", "versions", "policy_snapshot_id"}
 )  # fmt: skip
-_REUSABLE = (Kind.STEP, Kind.NOW, Kind.UUID)
+_REUSABLE = (Kind.STEP, Kind.NOW, Kind.UUID, Kind.PATCH)  # a patch: the same answer
 
 
 class Lineages(ClientBase):

@@ -1,12 +1,12 @@
 """Ops: the intercepted calls of a flow, and what their recorded outcomes mean.
 
 Every call a flow makes to a step, ``wait_for``, ``sleep``, ``now``,
-``uuid4`` or an asyncio timer of its loop is an *op*. It gets its step key
-and its *position* (the order in which the activation's calls were made)
-synchronously when it is made, so ``asyncio.gather(a(), b())`` numbers the
-same way every time. The flow then awaits the op's future; the activation
-resolves it in a round (see `sdk._activation`): from the journal when the
-outcome is recorded, or live.
+``uuid4``, ``patched`` (when it journals a marker) or an asyncio timer of its
+loop is an *op*. It gets its step key and its *position* (the order in which
+the activation's calls were made) synchronously when it is made, so
+``asyncio.gather(a(), b())`` numbers the same way every time. The flow then
+awaits the op's future; the activation resolves it in a round (see
+`sdk._activation`): from the journal when the outcome is recorded, or live.
 """
 
 from __future__ import annotations
@@ -229,6 +229,17 @@ class UuidOp(ValueOp):
 
 
 @attrs.define(eq=False)
+class PatchOp(ValueOp):
+    """``patched(change_id)`` taking the new path: its marker (the change id) is
+    journaled like a value; the flow gets True, live and on replay."""
+
+    kind: ClassVar[Kind] = Kind.PATCH
+
+    def parse(self, text: str) -> Any:
+        return True
+
+
+@attrs.define(eq=False)
 class TimerOp(Op):
     """A timer of the flow's loop (``asyncio.sleep``, ``asyncio.timeout``,
     ``asyncio.wait(timeout=)``): durable, journaled; firing runs its callback."""
@@ -256,4 +267,4 @@ class EventWaitOp(WaitOp):
         return event_mailbox(self.watch.token)
 
 
-__all__ += ["EventWaitOp", "NowOp", "UuidOp"]
+__all__ += ["EventWaitOp", "NowOp", "PatchOp", "UuidOp"]

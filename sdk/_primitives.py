@@ -1,4 +1,4 @@
-"""Built-in journaled operations: waits, sleeps, time and random ids.
+"""Built-in journaled operations: waits, sleeps, time, random ids and patches.
 
 Each one is a plain function that takes its step key when called (so
 ``asyncio.gather(wait_for("a"), wait_for("b"))`` is deterministic) and returns
@@ -21,7 +21,17 @@ from sdk.errors import InvalidArgument, NotInRunError
 if TYPE_CHECKING:
     from sdk._activation import Activation
 
-__all__ = ["continue_as_new", "now", "sleep", "sleep_until", "uuid4", "wait_for", "wait_for_event"]
+__all__ = [
+    "continue_as_new",
+    "deprecate_patch",
+    "now",
+    "patched",
+    "sleep",
+    "sleep_until",
+    "uuid4",
+    "wait_for",
+    "wait_for_event",
+]
 
 
 def _activation(what: str) -> Activation:
@@ -141,6 +151,50 @@ def now() -> Coroutine[Any, Any, datetime]:
 def uuid4() -> Coroutine[Any, Any, _uuid.UUID]:
     """A random UUID, recorded once: a replay sees the same value."""
     return _activation("uuid4()").uuid4()
+
+
+def patched(change_id: str) -> Coroutine[Any, Any, bool]:
+    """Whether this run takes the new code path of the change `change_id`.
+
+    A run that reaches this point on code that has the patch journals a marker
+    and gets True; a run that passed this point before the patch existed (its
+    journal holds the calls that came next on the old code) gets False and
+    journals nothing, so its recorded calls replay on the ``else`` branch. A
+    replay gives the run the same answer, and so does the same change id asked
+    again in the run. See docs/changing-flows.md for the whole lifecycle.
+
+    Args:
+        change_id: names the change; a non-empty id, unique per change in the flow.
+
+    Raises:
+        InvalidArgument: `change_id` is not a valid id.
+        NonDeterminismError: the run recorded this marker at another position.
+
+    Example::
+
+        if await patched("fraud-check"):
+            await check_fraud(order)       # the new code
+        await charge(order)                # old runs skip the check
+    """
+    check_id(change_id, "patched(): change_id")
+    return _activation("patched()").patched(change_id)
+
+
+def deprecate_patch(change_id: str) -> None:
+    """Mark where ``patched(change_id)`` was, once no run is left on the old path.
+
+    The code keeps only the new path. A run that journaled the marker here
+    replays cleanly (the marker is skipped); a new run journals nothing. When
+    the runs that hold the marker have drained too, remove this call.
+
+    Example::
+
+        deprecate_patch("fraud-check")
+        await check_fraud(order)
+        await charge(order)
+    """
+    check_id(change_id, "deprecate_patch(): change_id")
+    _activation("deprecate_patch()").deprecate_patch(change_id)
 
 
 def continue_as_new(*args: Any, **kwargs: Any) -> Coroutine[Any, Any, NoReturn]:

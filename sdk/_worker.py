@@ -73,7 +73,8 @@ class Worker(Heartbeat):
         converter: how values become JSON: a `Serializer`, or a cattrs converter
             (wrapped in one); the same as the clients' (default:
             `Serializer.default()`).
-        interceptors: hooks around each step attempt (`sdk._intercept.Interceptor`);
+        interceptors: hooks around step attempts, waits, sleeps and child starts
+            (`sdk._intercept.Interceptor`);
             the test kit's crash injection is one.
 
     Example::

@@ -34,6 +34,7 @@ any SDK error. The suspension of a run is not in this tree on purpose: it is a
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -74,6 +75,11 @@ class SteadyflowError(Exception):
 class NonDeterminismError(SteadyflowError):
     """Replayed flow code made a different call than the journal recorded.
 
+    The message starts with one line naming the position and both keys, then
+    (when the engine raised it) a diff: the recorded calls around the position
+    next to the calls the code made, the first difference marked ``>``, and the
+    fix (wrap the change in ``if await patched(...)``, or version the flow).
+
     Attributes:
         run_id: the run being replayed.
         position: the call's position in the activation (0-based).
@@ -82,6 +88,7 @@ class NonDeterminismError(SteadyflowError):
             reaching a call the journal holds, e.g. a step was removed).
         detail: what else disagreed, when it is not the key at the position
             (e.g. concurrent calls that the changed code makes in another order).
+        diff: the diff lines of the message ("" when none was given).
     """
 
     def __init__(
@@ -92,11 +99,14 @@ class NonDeterminismError(SteadyflowError):
         called: str | None,
         *,
         detail: str | None = None,
+        journal: Mapping[int, str] | None = None,
+        calls: Sequence[str] | None = None,
     ) -> None:
         self.run_id = run_id
         self.position = position
         self.recorded = recorded
         self.called = called
+        self.detail = detail
         if detail is not None:
             head, what = f"call #{position}", detail
         elif called is None:
@@ -108,9 +118,42 @@ class NonDeterminismError(SteadyflowError):
                 what = f"the journal records {called!r} at another position"
             else:
                 what = f"the journal records {recorded!r} there"
-        super().__init__(
-            f"run {run_id!r}: {head} but {what}; flow code changed in a way that breaks replay"
-        )
+        self.diff = "" if journal is None else _diff(position, journal, calls or (), called)
+        text = f"run {run_id!r}: {head} but {what}; flow code changed in a way that breaks replay"
+        super().__init__(text + self.diff)
+
+
+_AROUND = 3  # recorded calls shown before and after the position of a divergence
+
+
+def _diff(
+    position: int, journal: Mapping[int, str], calls: Sequence[str], called: str | None
+) -> str:
+    """The recorded calls around `position` next to the calls the code made."""
+    made = dict(enumerate(calls))
+    if called is not None and position not in made:
+        made[position] = called  # the call that diverged (it took no position)
+    last = max([position, *journal, *made])
+    rows = range(max(position - _AROUND, 0), min(position + _AROUND, last) + 1)
+    keys = [journal.get(p, "-") for p in rows]
+    width = max([len("recorded"), *map(len, keys)])
+    lines = ["", f"    {'pos':>5}  {'recorded':<{width}}  called"]
+    for p, key in zip(rows, keys, strict=True):
+        if p in made:
+            now = made[p]
+        elif p == position and called is None:
+            now = "(the flow returned)"
+        else:
+            now = "-"
+        mark = ">" if p == position else " "
+        lines.append(f"  {mark} {p:>5}  {key:<{width}}  {now}".rstrip())
+    lines.append(
+        "  To keep runs recorded by the old code on their path, wrap the change in "
+        "`if await patched('<change-id>'):` (docs/changing-flows.md); or version the "
+        "flow (start new runs under a new version or name) and let the old runs finish "
+        "on the old code."
+    )
+    return "\n".join(lines)
 
 
 class IdempotencyConflict(SteadyflowError):

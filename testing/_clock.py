@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -11,6 +12,7 @@ from testing._extra import needs_extra
 
 try:
     import freezegun
+    import freezegun.api
 except ImportError as e:  # an ImportError, as for any optional dependency (httpx does so)
     raise ImportError(needs_extra("testing.FakeClock", ["freezegun"])) from e
 
@@ -24,7 +26,10 @@ class FakeClock:
     clock:``, or inside `FlowTestEnv`), freezegun makes ``datetime.now()``,
     ``time.time()`` and friends in code under test return the same fake time.
     The event loop's own clock stays real (``real_asyncio=True``), so
-    ``asyncio.sleep`` and timeouts still work.
+    ``asyncio.sleep`` and timeouts still work. So do ``time.monotonic()`` and
+    ``time.perf_counter()`` (and their ``_ns`` forms) unless `fake_monotonic`
+    is true: code under test that measures how long something took reads real
+    time, while ``datetime.now()`` and ``time.time()`` read the fake clock.
 
     In-process deadlines of the engine (a step's ``@step(timeout=...)``) wait
     on `sleep_until`: they fire when `advance` moves the clock past them, never
@@ -32,6 +37,9 @@ class FakeClock:
 
     Args:
         start: an aware datetime, or epoch seconds; default now, to the second.
+        fake_monotonic: also fake ``time.monotonic`` and ``time.perf_counter``
+            for code under test (freezegun's default; they then stand still
+            until `advance`). Default False: they read real time.
 
     Example::
 
@@ -39,7 +47,9 @@ class FakeClock:
         clock.advance(timedelta(days=30))
     """
 
-    def __init__(self, start: datetime | float | None = None) -> None:
+    def __init__(
+        self, start: datetime | float | None = None, *, fake_monotonic: bool = False
+    ) -> None:
         if start is None:
             start = datetime.now(UTC).replace(microsecond=0)
         elif isinstance(start, (int, float)):
@@ -47,6 +57,7 @@ class FakeClock:
         elif start.tzinfo is None:
             raise ValueError("FakeClock(start=...) needs a timezone-aware datetime")
         self._now: datetime = start.astimezone(UTC)
+        self.fake_monotonic = fake_monotonic
         self._freezer: Any = None
         self._factory: Any = None
         self._sleepers: list[tuple[float, asyncio.Future[None]]] = []
@@ -100,6 +111,8 @@ class FakeClock:
                 self._now, real_asyncio=True, ignore=["_pytest.timing", "cronsim"]
             )
             self._factory = self._freezer.start()
+            if not self.fake_monotonic:
+                _real_monotonic(self._freezer)
         return self
 
     def stop(self) -> None:
@@ -112,6 +125,26 @@ class FakeClock:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+# freezegun (1.4 to 1.5) has no option to leave the monotonic clocks alone: it
+# swaps them in `time` and in every module that imported them by name, and
+# notes each module swap in `undo_changes`. Swapping the real ones back is
+# safe: its `stop` restores the real functions anyway.
+_MONOTONIC = ("monotonic", "perf_counter", "monotonic_ns", "perf_counter_ns")
+
+
+def _real_monotonic(freezer: Any) -> None:
+    """Give `time` and the modules freezegun patched their real monotonic clocks back."""
+    reals = {name: getattr(freezegun.api, f"real_{name}", None) for name in _MONOTONIC}
+    fakes = {id(getattr(freezegun.api, f"fake_{name}", None)): name for name in _MONOTONIC}
+    for name, real in reals.items():
+        if real is not None:
+            setattr(time, name, real)
+    for module, attr, _original in getattr(freezer, "undo_changes", ()):
+        fake = fakes.get(id(getattr(module, attr, None)))
+        if fake is not None and reals[fake] is not None:
+            setattr(module, attr, reals[fake])
 
 
 def _wake(fut: asyncio.Future[None]) -> None:

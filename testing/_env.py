@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, Literal
@@ -12,14 +13,18 @@ import cattrs
 
 from sdk._client import Client, RunHandle
 from sdk._clock import seconds
+from sdk._intercept import Interceptor
 from sdk._registry import Registry
 from sdk._values import Serializer
 from sdk._worker import Worker
 from stores.protocol import Store
 from testing._clock import FakeClock
 from testing._crash import CrashPoints
+from testing._history import HistoryEntry, Timings, read_history
 
 __all__ = ["FlowTestEnv"]
+
+_UNSET: Any = object()
 
 
 class FlowTestEnv:
@@ -82,6 +87,9 @@ class FlowTestEnv:
         self._client: Client | None = None
         self._worker: Worker | None = None
         self._crashes = CrashPoints()
+        self._timings = Timings(self.clock)
+        self._interceptors: list[Interceptor] = [self._crashes, self._timings]
+        self._stubs: dict[str, Callable[..., Any]] = {}  # step name -> stand-in body
         self._pass: asyncio.Future[None] | None = None  # the run_until_idle under way
 
     async def __aenter__(self) -> FlowTestEnv:
@@ -105,10 +113,11 @@ class FlowTestEnv:
             inline_backoff_max=0.0,
             name="flow-test-env",
             channels=self._channels,
-            interceptors=[self._crashes],
+            interceptors=self._interceptors,
             registry=self.registry,
             converter=self.serializer,
         )
+        self._worker.engine.stubs = self._stubs  # this env's stubs, whenever they are set
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -175,8 +184,12 @@ class FlowTestEnv:
 
         ``"before"``: before the step's body runs; ``"after"``: after it ran
         but before its result was recorded (so it will run again, with the
-        same `current_step().idempotency_key`). The run's lease is left to
-        expire: `advance` past the lease TTL and the run recovers.
+        same `current_step().idempotency_key`). The key of a wait or a sleep
+        (``"~wait:approval#1"``, ``"~sleep#1"``) takes both: ``"before"``, the
+        flow reached it and nothing of it is written; ``"after"``, its outcome
+        is recorded and the flow was not given it. A child start's key takes
+        ``"before"``. The run's
+        lease is left to expire: `advance` past the lease TTL and the run recovers.
 
         The crash is the same every time: writes the activation already sent
         complete, every other step of it (a sibling in a ``gather``) stops
@@ -184,3 +197,84 @@ class FlowTestEnv:
         all of that has settled.
         """
         self._crashes.add(step_key, when)
+
+    def stub(
+        self,
+        step: Callable[..., Any] | str,
+        *,
+        returns: Any = _UNSET,
+        raises: BaseException | type[BaseException] | None = None,
+        side_effect: Callable[..., Any] | None = None,
+    ) -> None:
+        """Replace a step's body, for the runs of this env only.
+
+        Give exactly one of: `returns` (the value every call returns),
+        `raises` (an exception, or its class, every call raises) or
+        `side_effect` (a function, sync or ``async``, called with the step's
+        arguments instead of its body; what it returns or raises is the
+        step's outcome). Everything else is as for the real body: the journal
+        records the stub's result (so a replay does not call it again), a
+        raising stub is retried under the step's retry policy, and a
+        ``@step(timeout=...)`` applies to an ``async`` side effect. Other envs
+        and the function itself are untouched. A later `stub` of the same step
+        replaces the earlier one. A step called from inside another step is a
+        plain call, and runs its own body.
+
+        Args:
+            step: the ``@step`` function, or its step name.
+
+        Example::
+
+            env.stub(charge, returns="ch_test_1")
+            env.stub(notify, raises=ConnectionError("smtp down"))
+            env.stub(quote, side_effect=lambda sku, qty: 100 * qty)
+        """
+        given = (returns is not _UNSET) + (raises is not None) + (side_effect is not None)
+        if given != 1:
+            raise TypeError("stub() takes exactly one of returns=, raises=, side_effect=")
+        name = _step_name(step)
+        if side_effect is not None:
+            if not callable(side_effect):
+                raise TypeError(f"stub({name!r}): side_effect must be callable")
+            self._stubs[name] = side_effect
+        elif raises is not None:
+            if not (isinstance(raises, BaseException) or (
+                isinstance(raises, type) and issubclass(raises, BaseException)
+            )):  # fmt: skip
+                raise TypeError(f"stub({name!r}): raises must be an exception or its class")
+            self._stubs[name] = functools.partial(_raise, raises)
+        else:
+            self._stubs[name] = functools.partial(_return, returns)
+
+    async def history(self, run_id: str) -> list[HistoryEntry]:
+        """The run's steps, waits, sleeps and child starts, in the order the flow made them.
+
+        Each is a `testing.HistoryEntry` (key, kind, state, attempts, result or
+        error, start and end on this env's clock, duration): compare them, or
+        the whole list, with ``==``. Raises `sdk.errors.RunNotFound`.
+
+        Example::
+
+            assert await env.history(handle.run_id) == [
+                HistoryEntry("charge#1", "step", "ok", attempts=1, result="ch_1",
+                             started_at=T0, ended_at=T0, duration=timedelta(0)),
+            ]
+        """
+        return await read_history(self.store, run_id, self._timings)
+
+
+def _step_name(step: Callable[..., Any] | str) -> str:
+    if isinstance(step, str):
+        return step
+    spec = getattr(step, "__steadyflow_step__", None)
+    if spec is None:
+        raise TypeError(f"stub(): {step!r} is not a @step function (or a step name)")
+    return str(spec.name)
+
+
+async def _return(value: Any, *args: Any, **kwargs: Any) -> Any:
+    return value
+
+
+async def _raise(exc: BaseException | type[BaseException], *args: Any, **kwargs: Any) -> Any:
+    raise exc

@@ -35,6 +35,8 @@ DOCUMENTED_SDK = {
     "Queue", "QueueInfo", "RateLimit",
     # docs/queues-and-schedules.md "Schedules" (issue 10)
     "scheduled", "ScheduleInfo",
+    # docs/changing-flows.md "Patching" (issue 11)
+    "patched", "deprecate_patch",
 }  # fmt: skip
 
 
@@ -55,7 +57,10 @@ def test_every_sdk_error_derives_from_the_root() -> None:
 
 def test_stores_and_testing_export_the_contract() -> None:
     assert {"open_store", "RedisStore"} <= set(stores.__all__)
-    assert set(testing.__all__) == {"FakeClock", "FlowTestEnv", "StoreConformance"}
+    assert set(testing.__all__) == {
+        "CrashPoint", "CrashReport", "FakeClock", "FlowTestEnv", "HistoryEntry", "ReplayPoint",
+        "ReplayReport", "StoreConformance", "check_crash_everywhere", "load_exports", "replay",
+    }  # fmt: skip
 
 
 def test_importing_stores_imports_no_sdk_module() -> None:

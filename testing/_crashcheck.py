@@ -1,0 +1,280 @@
+"""`check_crash_everywhere`: prove that a flow survives a crash at every point.
+
+One clean run enumerates the intercept points (an interceptor notes each one
+as it is reached); then, for each point, a run from scratch on a fresh
+``memory://`` env crashes there once (`FlowTestEnv.crash_at`), recovers when
+the fake clock passes its lease, is driven to the end, and is compared with
+the clean run: the same outcome, and no step run again unless the crash cut
+it off before its result was recorded.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+import attrs
+
+from sdk._context import _run_var
+from sdk._intercept import Interceptor
+from sdk._journal import Kind, State
+from sdk._registry import Registry
+from sdk._types import ErrorInfo, RunStatus
+from testing._clock import FakeClock
+from testing._env import FlowTestEnv
+
+__all__ = ["CrashPoint", "CrashReport", "check_crash_everywhere"]
+
+Drive = Callable[[FlowTestEnv, str], Awaitable[None]]
+
+_RUN_ID = "crash-check"
+_LEASE_TTL = 30.0
+
+
+@attrs.frozen
+class CrashPoint:
+    """Where a crash is injected: ``"before"`` or ``"after"`` the call with `key`.
+
+    Steps have both (``"after"``: the body ran, its result is not recorded;
+    that covers the outbox intents the step emitted, which are recorded with
+    its result). Waits and sleeps have both too: ``"before"``, the flow
+    reached them and nothing of them was written yet; ``"after"``, their
+    outcome (the signal taken, the timer fired) is recorded and the flow was
+    not given it. Child starts have ``"before"``.
+    """
+
+    key: str
+    when: Literal["before", "after"]
+
+    def __str__(self) -> str:
+        return f"{self.when} {self.key!r}"
+
+
+@attrs.frozen
+class CrashReport:
+    """What `check_crash_everywhere` tried.
+
+    Attributes:
+        points: every point a crash was injected at, in the order the clean run
+            reached them.
+        outcome: the run's outcome, the same with and without a crash:
+            ``(status, result, error)`` as `Client.get` reads them.
+        reexecutions: step key -> how many crashed runs ran that step once
+            more than the clean run (a crash cut it off before its result was
+            recorded); steps never run again are absent.
+    """
+
+    points: tuple[CrashPoint, ...]
+    outcome: tuple[RunStatus, Any, ErrorInfo | None]
+    reexecutions: dict[str, int]
+
+    @property
+    def tried(self) -> int:
+        """How many crashed runs were checked."""
+        return len(self.points)
+
+
+async def check_crash_everywhere(
+    flow: Callable[..., Any] | str,
+    *args: Any,
+    drive: Drive | None = None,
+    registry: Registry | None = None,
+    **kwargs: Any,
+) -> CrashReport:
+    """Run `flow` once clean, then once per intercept point with a crash there.
+
+    Each run starts from scratch on a fresh ``memory://`` `FlowTestEnv` whose
+    fake clock starts at the same instant. The points are before and after
+    each step, wait and sleep, and before each child start, as the clean run
+    reached them. A crashed run recovers the way a dead worker's run does: its
+    lease expires (the clock moves past it) and a fresh activation replays
+    the journal. Then it must end as the clean run did (status, result,
+    error), and each step must have run as often as in the clean run, or once
+    more when the crash cut it off before its result was recorded (at-least-
+    once, with the same `current_step().idempotency_key`): a step recorded as
+    completed never runs again.
+
+    Args:
+        flow: the ``@flow`` function, or its registered name.
+        *args, **kwargs: the flow's arguments (``run_id=`` and the other
+            options of `Client.start` go through too).
+        drive: ``async def drive(env, run_id)``, called once the run is idle
+            in every run (clean and crashed): send the signals and approvals
+            the flow waits for, `env.advance` past its sleeps. It may not
+            assume where the run stands (a crash may hold it back); signals
+            sent early are kept until the flow waits for them.
+        registry: where flows and channels are looked up (`FlowTestEnv`).
+
+    Returns:
+        A `CrashReport`.
+
+    Raises:
+        AssertionError: naming the first point where the crashed run differs
+            (another outcome, a completed step run again, a run that does not
+            finish), or when the clean run itself does not finish.
+
+    Example (an async test: awaiting it is the whole test)::
+
+        async def test_checkout_survives_crashes():
+            report = await check_crash_everywhere(checkout, order, drive=approve)
+            assert report.tried > 0
+    """
+    start = datetime.now(UTC).replace(microsecond=0)
+    clean = await _trial(flow, args, kwargs, drive, registry, start, None)
+    reexecutions: Counter[str] = Counter()
+    for point in clean.probe.points:
+        crashed = await _trial(flow, args, kwargs, drive, registry, start, point)
+        if crashed.probe.crashed is None:
+            raise AssertionError(
+                f"crash {point}: the run never reached that point again; the flow does "
+                "not make the same calls from run to run (is it deterministic?)"
+            )
+        if crashed.outcome != clean.outcome:
+            raise AssertionError(
+                f"crash {point}: the outcome differs from the run without a crash:\n"
+                f"  without: {_show(clean.outcome)}\n  with:    {_show(crashed.outcome)}"
+            )
+        for (_run, key), again in _extra_runs(clean.probe, crashed.probe, point).items():
+            reexecutions[key] += again
+    return CrashReport(tuple(clean.probe.points), clean.outcome, dict(reexecutions))
+
+
+@attrs.define
+class _Trial:
+    probe: _Probe
+    outcome: tuple[RunStatus, Any, ErrorInfo | None]
+
+
+class _Probe(Interceptor):
+    """Notes the intercept points reached, and each run of a step's body."""
+
+    def __init__(self) -> None:
+        self.points: list[CrashPoint] = []
+        self._seen: set[CrashPoint] = set()
+        self.runs: Counter[tuple[str, str]] = Counter()  # (run id, step key) -> bodies run
+        self.crashed: CrashPoint | None = None
+        self.crash_run: str | None = None
+        self.ran_before_crash: frozenset[tuple[str, str]] = frozenset()
+        self.recorded_at_crash: frozenset[str] = frozenset()  # step keys of `crash_run`
+
+    def _reached(self, key: str, when: Literal["before", "after"]) -> None:
+        point = CrashPoint(key, when)
+        if point not in self._seen:
+            self._seen.add(point)
+            self.points.append(point)
+
+    # The env's crash interceptor comes first: a body the crash stops before
+    # it runs is not counted, one it cuts off after it ran is.
+    def step_started(self, run_id: str, key: str, attempt: int) -> None:
+        self._reached(key, "before")
+        self.runs[run_id, key] += 1
+
+    def step_finished(self, run_id: str, key: str, attempt: int) -> None:
+        self._reached(key, "after")
+
+    def call_started(self, run_id: str, key: str, kind: str) -> None:
+        self._reached(key, "before")
+
+    def call_finished(self, run_id: str, key: str, kind: str) -> None:
+        self._reached(key, "after")
+
+    def crash(self, key: str, when: Literal["before", "after"]) -> None:
+        """The env's crash interceptor fires: note what the activation had recorded."""
+        self.crashed = CrashPoint(key, when)
+        self.ran_before_crash = frozenset(self.runs)
+        act = _run_var.get()
+        if act is not None:
+            self.crash_run = act.run_id
+            self.recorded_at_crash = frozenset(
+                rec.key
+                for rec in act.journal.by_key.values()
+                if rec.kind is Kind.STEP and rec.state in (State.OK, State.FAILED)
+            )
+
+
+async def _trial(
+    flow: Callable[..., Any] | str,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    drive: Drive | None,
+    registry: Registry | None,
+    start: datetime,
+    point: CrashPoint | None,
+) -> _Trial:
+    probe = _Probe()
+    what = "the run without a crash" if point is None else f"crash {point}"
+    env = _Env(probe, FakeClock(start), registry=registry, lease_ttl=_LEASE_TTL)
+    async with env:
+        if point is not None:
+            env.crash_at(point.key, point.when)
+        options = dict(kwargs)
+        options.setdefault("run_id", _RUN_ID)
+        handle = await env.start(flow, *args, **options)
+        await env.run_until_idle()
+        if drive is not None:
+            await drive(env, handle.run_id)
+        record = await env.client.get(handle.run_id)
+        if env.recovered and not record.status.is_terminal:
+            # The recovery moved the clock past the lease: whatever the drive
+            # made due was pushed back by as much.
+            await env.advance(_LEASE_TTL + 1)
+            record = await env.client.get(handle.run_id)
+        if not record.status.is_terminal:
+            hint = "" if drive is not None else " (give a `drive` that sends what it waits for)"
+            raise AssertionError(f"{what}: the run did not finish: it is {record.status}{hint}")
+        return _Trial(probe, (record.status, record.result, record.error))
+
+
+class _Env(FlowTestEnv):
+    """The env of one run of the check: it recovers a crashed run as soon as the
+    pass the crash happened in is over (before the drive sends anything more)."""
+
+    def __init__(self, probe: _Probe, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._probe = probe
+        self._interceptors.append(probe)  # after the crash interceptor
+        self._crashes.on_fire = probe.crash
+        self.recovered = False
+
+    async def run_until_idle(self) -> None:
+        await super().run_until_idle()
+        if self._probe.crashed is not None and not self.recovered:
+            self.recovered = True
+            # the dead worker's lease expires; the run recovers and goes on
+            await self.advance(_LEASE_TTL + 1)
+
+
+def _extra_runs(clean: _Probe, crashed: _Probe, point: CrashPoint) -> dict[tuple[str, str], int]:
+    """Each step run more often than in the clean run, checked against at-least-once."""
+    extra: dict[tuple[str, str], int] = {}
+    for run_key in clean.runs.keys() | crashed.runs.keys():
+        run_id, key = run_key
+        again = crashed.runs[run_key] - clean.runs[run_key]
+        if again == 0:
+            continue
+        cut_off = (
+            run_id == crashed.crash_run
+            and run_key in crashed.ran_before_crash
+            and key not in crashed.recorded_at_crash
+        )
+        if again < 0 or again > 1 or not cut_off:
+            recorded = run_id == crashed.crash_run and key in crashed.recorded_at_crash
+            if again < 0:
+                why = "it ran fewer times"
+            elif recorded:
+                why = "its result was recorded before the crash"
+            else:
+                why = "no crash cut it off" if not cut_off else "more than once again"
+            raise AssertionError(
+                f"crash {point}: step {key!r} of run {run_id!r} ran {crashed.runs[run_key]} "
+                f"time(s), {clean.runs[run_key]} without a crash; {why}"
+            )
+        extra[run_key] = again
+    return extra
+
+
+def _show(outcome: tuple[RunStatus, Any, ErrorInfo | None]) -> str:
+    status, result, error = outcome
+    return f"{status.value}, result={result!r}, error={error!r}"

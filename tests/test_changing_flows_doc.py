@@ -1,0 +1,17 @@
+"""The snippets of docs/changing-flows.md run and do what the page says."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tests.docsnippets import section_code
+
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "changing-flows.md"
+
+
+async def test_the_patching_example_runs_the_whole_lifecycle() -> None:
+    # Each deployment is a Registry of its own: the snippet can run in any process.
+    namespace: dict[str, Any] = {"__name__": "docs_changing_patching"}
+    exec(compile(section_code(PAGE, "Patching"), str(PAGE), "exec"), namespace)
+    await namespace["main"]()
