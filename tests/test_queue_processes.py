@@ -63,15 +63,21 @@ async def test_three_workers_never_exceed_the_queue_concurrency_even_across_a_si
 ) -> None:
     assert LIMITED.concurrency == 5
     ledger = tmp_path / "ledger"
-    victim, *others = [workers.spawn() for _ in range(3)]  # 4 slots each: 12 > 5
-    handles = [await client.start(limited_work, str(ledger), f"r{i:03}", 0.02) for i in range(200)]
-
-    # Kill a worker while it executes runs of the queue: it holds their slots.
+    # the first runs take long enough that the victim surely holds some when killed
+    handles = [
+        await client.start(limited_work, str(ledger), f"r{i:03}", 2.0 if i < 8 else 0.02)
+        for i in range(200)
+    ]
+    # The victim starts alone, so it surely executes runs (a worker that started
+    # later than the others could find nothing left): kill it while it holds slots.
+    victim = workers.spawn()
     await until(lambda: open_entries(read_ledger(ledger), victim.pid), STARTUP,
-                "the victim to execute a run", victim, *others)  # fmt: skip
+                "the victim to execute a run", victim)  # fmt: skip
     victim.kill()
     killed_at = time.time()
     held = {x.label for x in open_entries(read_ledger(ledger), victim.pid)}
+    for _ in range(3):  # 4 slots each: 12 > 5
+        workers.spawn()
 
     for h in handles:
         assert await h.result(timeout=FINISH) in {f"r{i:03}" for i in range(200)}
