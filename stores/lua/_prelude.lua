@@ -611,6 +611,36 @@ end
 -- none), next lease expiry ('' if none), repaired, and the runs found damaged
 -- (id, key, what is wrong, ...): they are taken off the index that found them
 -- and left for the worker to fail (quarantine.lua).
+-- End run `id` as `failed` now with the error `why` (JSON) and `reason`, its
+-- lease and queue entries dropped (the caller fences its activation out): a run
+-- timeout, too many recoveries.
+local function fail_now(id, now, why, reason)
+  move(id, 'failed')
+  redis.call('HSET', rk(id), 'finished_at', now, 'error', why, 'reason', reason)
+  unqueue(id)
+  emit(id, 'run.failed', now, '', why)
+  checkpoint(id, 'run_finished', '', 'failed', now)
+  finished(id, 'failed', now)
+end
+
+-- End run `id` as `canceled` now (its activation fenced out, its pending intents
+-- canceled): a cancel at once (cancel.lua), a grace period that ran out (maintain).
+-- Returns move()'s error, if any.
+local function cancel_now(id, reason, now, data)
+  local e = move(id, 'canceled')
+  if e then return e end
+  local key = rk(id)
+  redis.call('HSET', key, 'reason', reason, 'finished_at', now)
+  redis.call('HINCRBY', key, 'fence', 1)
+  unqueue(id)
+  emit(id, 'run.canceled', now, '', data)
+  cancel_intents(id, now)
+  checkpoint(id, 'run_finished', '', 'canceled', now)
+  finished(id, 'canceled', now)
+  expire(id, now)
+  return nil
+end
+
 local function maintain(now, limit, max_recoveries, recovery_error)
   local fired, recovered, timed_out, forced = 0, 0, 0, 0
   local damage = {}
@@ -646,13 +676,7 @@ local function maintain(now, limit, max_recoveries, recovery_error)
       redis.call('HINCRBY', key, 'fence', 1)
       redis.call('HDEL', key, 'lease_owner', 'lease_exp')
       if redis.call('HINCRBY', key, 'recoveries', 1) > tonumber(max_recoveries) then
-        move(id, 'failed')
-        redis.call('HSET', key, 'finished_at', now, 'error', recovery_error,
-                   'reason', 'max_recoveries_exceeded')
-        unqueue(id)
-        emit(id, 'run.failed', now, '', recovery_error)
-        checkpoint(id, 'run_finished', '', 'failed', now)
-        finished(id, 'failed', now)
+        fail_now(id, now, recovery_error, 'max_recoveries_exceeded')
       else
         move(id, 'replaying')
         emit(id, 'run.lease_expired', now, '', '')
@@ -673,17 +697,12 @@ local function maintain(now, limit, max_recoveries, recovery_error)
       note(id, key, bad)
     elseif st and not TERMINAL[st] and st ~= 'pending' then
       -- running, replaying and both waiting statuses may all move to failed
-      move(id, 'failed')
       key = rk(id)
       local t = (string.gsub(redis.call('HGET', key, 'timeout') or '?', '%.0$', ''))
       local why = '{"type":"builtins:TimeoutError","message":"the run did not finish within '
         .. 'its timeout of ' .. t .. ' seconds (counted from its start)","reason":"timed_out"}'
       redis.call('HINCRBY', key, 'fence', 1)
-      redis.call('HSET', key, 'finished_at', now, 'error', why, 'reason', 'timed_out')
-      unqueue(id)
-      emit(id, 'run.failed', now, '', why)
-      checkpoint(id, 'run_finished', '', 'failed', now)
-      finished(id, 'failed', now)
+      fail_now(id, now, why, 'timed_out')
       timed_out = timed_out + 1
     end
   end
@@ -701,16 +720,8 @@ local function maintain(now, limit, max_recoveries, recovery_error)
       note(id, key, bad)
     elseif st and not TERMINAL[st] and st ~= 'pending' then
       key = rk(id)
-      move(id, 'canceled')
-      redis.call('HSET', key, 'reason', redis.call('HGET', key, 'cancel_reason') or 'canceled',
-                 'finished_at', now)
-      redis.call('HINCRBY', key, 'fence', 1)
-      unqueue(id)
-      emit(id, 'run.canceled', now, '', redis.call('HGET', key, 'cancel_ev') or '')
-      cancel_intents(id, now)
-      checkpoint(id, 'run_finished', '', 'canceled', now)
-      finished(id, 'canceled', now)
-      expire(id, now)
+      local reason, data = unpack(redis.call('HMGET', key, 'cancel_reason', 'cancel_ev'))
+      cancel_now(id, reason or 'canceled', now, data or '')
       forced = forced + 1
     end
   end

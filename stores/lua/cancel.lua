@@ -32,19 +32,11 @@ if grace ~= '' and not asked and st ~= 'pending' and not TERMINAL[st] then
   end
   return {2}
 end
-local e = move(id, 'canceled')
-if e then return e end
 local reason, data = ARGV[3], ARGV[5]
 if asked and not TERMINAL[st] then
   reason = redis.call('HGET', KEYS[1], 'cancel_reason') or reason
   if (ARGV[9] or '') ~= '' then data = ARGV[9] end
 end
-redis.call('HSET', KEYS[1], 'reason', reason, 'finished_at', ARGV[4])
-redis.call('HINCRBY', KEYS[1], 'fence', 1)
-unqueue(id)
-emit(id, 'run.canceled', ARGV[4], '', data)
-cancel_intents(id, ARGV[4])
-checkpoint(id, 'run_finished', '', 'canceled', ARGV[4])
-finished(id, 'canceled', ARGV[4])
-expire(id, ARGV[4])
+local e = cancel_now(id, reason, ARGV[4], data)
+if e then return e end
 return {1}
