@@ -8,11 +8,10 @@ still at the version the worker read: a second worker that fires the same
 tick writes nothing. A tick's run id is derived from the schedule and the tick
 (`sdk._schedules.tick_run_id`), so even a repeated write starts no second run.
 
-Reads are spared: a worker reads the due index when the earliest due time it
-knows of has come, when its last pass claimed nothing (it was woken: a trigger,
-a new schedule or a finished run may be why), and at least once a second while
-busy. The earliest due time joins the worker's own `next_due`, so it blocks
-until then, never polling.
+Reads are spared: the worker's poll (one round trip it makes anyway) reports
+when a schedule of a flow it serves next needs a worker (a tick, a trigger, a
+buffered tick whose previous run ended); the worker reads the due index only
+when that time has come, and otherwise blocks until then, never polling.
 """
 
 from __future__ import annotations
@@ -43,7 +42,6 @@ __all__ = ["Ticker"]
 
 log = logging.getLogger("steadyflow.worker")
 
-_REFRESH = 1.0  # a busy worker reads the due index at least this often (seconds)
 _ROUNDS = 100  # due reads per pass at most (each fires a batch; a store returns a few hundred)
 
 
@@ -62,21 +60,14 @@ class Ticker:
         self.clock = clock
         self.serializer = serializer
         self._flow_of = flow_of
-        self._next: float | None = None  # earliest due time known
-        self._checked = float("-inf")
         self._ensured: set[str] = set()
         self._crons: dict[tuple[str, str], Cron] = {}
-        self.idle = True  # the worker's last pass claimed nothing
 
-    async def fire(self, served: Sequence[str]) -> float | None:
-        """Create the served flows' ``@scheduled`` schedules (once), fire what is
-        due; returns when the next schedule is due (None: none known)."""
+    async def fire(self, served: Sequence[str]) -> tuple[int, float | None]:
+        """Fire what is due of the served flows' schedules: how many runs that
+        started, and when the next schedule is due (None: none)."""
         now = self.clock.time()
-        await self._ensure(served, now)
-        due_now = self._next is not None and self._next <= now
-        if not (due_now or self.idle or now - self._checked >= _REFRESH) or not served:
-            return self._next
-        self._checked = now
+        started = 0
         nxt: float | None = None
         for _ in range(_ROUNDS):
             due, nxt = await self.store.due_schedules(served, now)
@@ -85,13 +76,15 @@ class Ticker:
                 break
             # read again until nothing is due: more than one batch, a fire another
             # worker got first, a long catch-up that goes on
-            await self.store.fire_schedules(fires)
+            for runs in await self.store.fire_schedules(fires):
+                started += len(runs or ())
         else:
             nxt = now  # rounds used up with ticks still due: the next pass goes on
-        self._next = nxt
-        return nxt
+        return started, nxt
 
-    async def _ensure(self, served: Sequence[str], now: float) -> None:
+    async def ensure(self, served: Sequence[str]) -> None:
+        """Create (or update) the served ``@scheduled`` flows' schedules, once each."""
+        now = self.clock.time()
         for name in served:
             if name in self._ensured:
                 continue
@@ -109,7 +102,6 @@ class Ticker:
                 log.error("flow %r: its @scheduled schedule cannot be saved: %s", name, exc)
             # (any other error, e.g. an outage, fails the pass: the next one tries again)
             self._ensured.add(name)
-            self.idle = True  # read the due index at this pass
 
     def _cron(self, expr: str, tz: str) -> Cron:
         cron = self._crons.get((expr, tz))

@@ -211,13 +211,15 @@ class Worker(Heartbeat):
     # -- one pass ------------------------------------------------------------------
 
     async def _poll(self) -> tuple[int, float | None]:
-        """Fire due timers, recover expired leases and claim what fits: one round trip.
+        """Fire due timers, recover expired leases and claim what fits: one round trip
+        (and, when a served flow's schedule is due, its ticks' runs: see sdk._ticker).
 
-        Returns how many runs were claimed and when the next timer or lease is due.
+        Returns how many runs were claimed (and tick runs started), and when the
+        next timer, lease or schedule is due.
         """
         free = max(self.concurrency - len(self._inflight), 0)
         served = self._served()
-        ticks_due = await self._ticker.fire(served)  # schedules' due ticks (sdk._ticker)
+        await self._ticker.ensure(served)  # the @scheduled flows' schedules (once)
         if not served:
             free = 0  # nothing to serve: keep timers and leases, claim nothing
         executing: dict[str, int] = {}
@@ -240,9 +242,12 @@ class Worker(Heartbeat):
             self._fail_damaged(damaged)
         for claim in claims:
             self._spawn(claim)
-        self._ticker.idle = not claims
-        due = [t for t in (tick.next_due, ticks_due) if t is not None]
-        return len(claims), min(due, default=None)
+        started, sched = 0, tick.schedules_due
+        if sched is not None and sched <= self.clock.time():
+            # their runs are queued (with wake-ups): the next pass claims them
+            started, sched = await self._ticker.fire(served)
+        due = [t for t in (tick.next_due, sched) if t is not None]
+        return len(claims) + started, min(due, default=None)
 
     def _spawn(self, claim: Claim) -> None:
         run_id = claim.run.run_id

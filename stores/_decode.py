@@ -296,12 +296,14 @@ def first_unreadable(values: list[str], pairs: bool) -> str | None:
 def tick_result(reply: list[Any]) -> TickResult:
     """One partition's maintenance: fired, recovered, next timer, next lease expiry,
     repaired, then the damaged runs found (id, key, what is wrong, ...)."""
-    fired, recovered, nt, nl, repaired, found, *capped = reply  # (capped: a poll's)
+    fired, recovered, nt, nl, repaired, found, *polled = reply  # (capped, schedules: a poll's)
     dues = [float(x) for x in (nt, nl) if x != ""]
     damaged = tuple(Damaged(found[i], found[i + 1], found[i + 2]) for i in range(0, len(found), 3))
+    sched = polled[1] if len(polled) > 1 and polled[1] != "" else None
     return TickResult(
         int(fired), int(recovered), min(dues, default=None), int(repaired), damaged,
-        capped=bool(capped and int(capped[0])),
+        capped=bool(polled and int(polled[0])),
+        schedules_due=None if sched is None else float(sched),
     )  # fmt: skip
 
 
@@ -310,6 +312,7 @@ def merged(results: Iterable[TickResult]) -> TickResult:
     fired = recovered = repaired = 0
     capped = False
     dues: list[float] = []
+    sched: list[float] = []
     damaged: list[Damaged] = []
     for r in results:
         fired += r.fired
@@ -318,8 +321,15 @@ def merged(results: Iterable[TickResult]) -> TickResult:
         dues += [] if r.next_due is None else [r.next_due]
         damaged += r.damaged
         capped = capped or r.capped
+        sched += [] if r.schedules_due is None else [r.schedules_due]
     return TickResult(
-        fired, recovered, min(dues, default=None), repaired, tuple(damaged), capped=capped
+        fired,
+        recovered,
+        min(dues, default=None),
+        repaired,
+        tuple(damaged),
+        capped=capped,
+        schedules_due=min(sched, default=None),
     )
 
 

@@ -290,6 +290,7 @@ class TickResult:
     repaired: int = 0
     damaged: tuple[Damaged, ...] = ()
     capped: bool = False  # a poll: a queue's ready run waits for this caller's worker cap
+    schedules_due: float | None = None  # a poll: when a served flow's schedule needs a worker
 
 
 class Consumed(enum.Enum):

@@ -2,7 +2,9 @@
 --       m, queue limits * m, n, flow * n, [queue ...] (see scope_args)
 -- A worker's whole loop in one round trip: maintain, then take. The next due
 -- time includes when a rate-limited queue next has room; a 7th tick value is
--- 1 when a ready run waits for this worker's own cap (worker_concurrency).
+-- 1 when a ready run waits for this worker's own cap (worker_concurrency); an
+-- 8th, in the schedules' partition (0), is when a schedule of a served flow
+-- next needs a worker ('' if none): the worker reads the schedules only then.
 local bad = badnum(ARGV[3], 'now') or badnum(ARGV[4], 'expiry') or badnum(ARGV[5], 'limit', true)
   or badnum(ARGV[6], 'max recoveries', true) or badnum(ARGV[8], 'limit count', true)
 if bad then return err('invalid', bad) end
@@ -12,4 +14,11 @@ local f, r, nt, nl, fixed, damage = maintain(ARGV[3], 100, ARGV[6], ARGV[7])
 local out, room, capped = take(ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]), queues, every,
                                served, lims)
 if room ~= '' and (nt == '' or tonumber(room) < tonumber(nt)) then nt = room end
-return {{f, r, nt, nl, fixed, damage, capped and 1 or 0}, out}
+local sched = ''
+if served and string.sub(P, -5) == '{p0}:' then
+  for name in pairs(served) do
+    local first = redis.call('ZRANGE', P .. K.sched_due .. name, 0, 0, 'WITHSCORES')
+    if first[2] and (sched == '' or tonumber(first[2]) < tonumber(sched)) then sched = first[2] end
+  end
+end
+return {{f, r, nt, nl, fixed, damage, capped and 1 or 0, sched}, out}
