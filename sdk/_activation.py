@@ -44,7 +44,7 @@ from sdk._children import ChildOp
 from sdk._context import RunContext, _run_var
 from sdk._cursor import ReplayCursor
 from sdk._engine import Engine
-from sdk._intercept import Abandon
+from sdk._intercept import Abandon, ActivationInfo, ActivationOutcome, ActivationReason
 from sdk._journal import Journal, Kind, Record, State
 from sdk._ops import (
     Op,
@@ -80,6 +80,8 @@ class Activation(FlowCalls):
         flow: FlowDef,
         mail: frozenset[Mailbox] | None = None,
         lineage: dict[str, str] | None = None,
+        *,
+        claimed_at: float | None = None,
     ) -> None:
         self.engine = engine
         self.store = engine.store
@@ -92,7 +94,7 @@ class Activation(FlowCalls):
         self.flow = flow
         self.context = RunContext(self)
         self.log = log
-        self.cursor = ReplayCursor(self.run_id, flow.name, journal)
+        self.cursor = ReplayCursor(self.run_id, flow.name, journal, stored.flow_version)
         # Mailboxes that held signals at claim time (None: unknown). A wait on
         # another one parks without a consume; the park script re-checks them all.
         self.mail = set(mail) if mail is not None else None
@@ -102,6 +104,8 @@ class Activation(FlowCalls):
         if stored.generation:  # idempotency keys differ between generations
             self.key_root += f"~g{stored.generation}"
         self.continuing: str | None = None  # the next generation's arguments (JSON)
+        self.claimed_at = claimed_at  # the claiming poll's time (what a first claim records)
+        self.ended: ActivationOutcome | None = None  # how it ended (sdk._ending sets it)
         self.retry_override = RetryPolicy.from_json(stored.retry) if stored.retry else None
         self.discarding = False
         self.abandoned = False
@@ -153,13 +157,41 @@ class Activation(FlowCalls):
         """
         _run_var.set(self)
         self._task = asyncio.current_task()
+        info = self._activation_info() if self.engine.interceptors else None
+        if info is not None:
+            for hook in self.engine.interceptors:
+                hook.activation_started(info)
         self.main = self.loop.create_task(self._flow_main(), context=self._ctx.copy())
         try:
             self.loop.run_ready()
             await self._drive()
         finally:
-            await self._close()
+            try:
+                await self._close()
+            finally:
+                if info is not None:
+                    outcome = ActivationOutcome.ABANDONED if self.abandoned else self.ended
+                    for hook in self.engine.interceptors:
+                        hook.activation_finished(info, outcome or ActivationOutcome.INTERRUPTED)
         _ending.report(self)
+
+    def _activation_info(self) -> ActivationInfo:
+        """What interceptors are told of this activation, and why it runs."""
+        s = self.stored
+        replayed = len(self.journal.by_key)
+        if s.recoveries:  # reset by every journal write: the last activation was lost
+            reason = ActivationReason.RECOVERY
+        elif s.source_run_id is not None and s.started_at == self.claimed_at:
+            reason = ActivationReason.REPLAY  # a derived run's first claim records its start
+        elif replayed or self.cursor.cancel is not None:
+            reason = ActivationReason.WAKE_UP
+        else:
+            reason = ActivationReason.START
+        return ActivationInfo(
+            s.run_id, s.flow, s.flow_version, s.tenant_id, s.trace_id or s.run_id,
+            s.schedule_id, s.parent_run_id, s.queue, reason, replayed, s.recoveries,
+            s.generation, s.created_at, self.clock.time(),
+        )  # fmt: skip
 
     async def _flow_main(self) -> Any:
         args, kwargs = self.flow.decode_args(self.stored.args, self.serializer)
@@ -175,10 +207,11 @@ class Activation(FlowCalls):
                 await _ending.fail(self, type(err), str(err), err.called, Reason.NON_DETERMINISM)
                 return
             if self.continuing is not None and not self.cancel_given:
+                self.ended = ActivationOutcome.CONTINUED_AS_NEW
                 await _ending.continue_as_new(self)
                 return
             if self.main.done():
-                await _ending.conclude(self)
+                await _ending.conclude(self)  # sets `ended`
                 return
             if not cursor.live:
                 recorded = cursor.next_recorded()
@@ -221,6 +254,7 @@ class Activation(FlowCalls):
                 await self._wait_event()
                 continue
             await _ending.park(self)
+            self.ended = ActivationOutcome.PARKED if self.parking else ActivationOutcome.FAILED
             return
 
     # -- cancel --------------------------------------------------------------------
@@ -476,20 +510,42 @@ class Activation(FlowCalls):
         self._hooks("step_finished", op, attempt)
 
     def _call_hooks(self, op: Op, finished: bool = False) -> None:
+        self.call_hooks(op.key, op.kind.value, finished)
+
+    def call_hooks(self, key: str, kind: str, finished: bool) -> None:
+        """The interceptors' `call_started` / `call_finished` (they may crash here:
+        `Abandon` stops the activation at once, then propagates)."""
         try:
             for hook in self.engine.interceptors:
                 if finished:
-                    hook.call_finished(self.run_id, op.key, op.kind.value)
+                    hook.call_finished(self.run_id, key, kind)
                 else:
-                    hook.call_started(self.run_id, op.key, op.kind.value)
+                    hook.call_started(self.run_id, key, kind)
         except Abandon:
             self.abandon()
             raise
 
     def call_finished(self, op: Op) -> None:
-        """A wait or sleep's outcome is recorded (interceptors may crash here)."""
+        """A wait or sleep's outcome is recorded, a child run is created (interceptors
+        may crash here)."""
         if self.engine.interceptors:
+            if isinstance(op, SleepOp):
+                self.timer_fired(op.key, "sleep", op.due)
+            elif isinstance(op, WaitOp) and op.record and op.record.state is State.TIMEOUT:
+                self.timer_fired(op.key, "wait", op.deadline)
             self._call_hooks(op, finished=True)
+
+    def step_failed(self, op: StepOp, attempt: int, error: BaseException, retrying: bool) -> None:
+        """A failed attempt is recorded (interceptors observe it)."""
+        for hook in self.engine.interceptors:
+            hook.step_failed(self.run_id, op.key, attempt, error, retrying)
+
+    def timer_fired(self, key: str, kind: str, due: float | None) -> None:
+        """A sleep, a wait's deadline or a retry backoff due at `due` completes now."""
+        if due is not None and self.engine.interceptors:
+            now = self.clock.time()
+            for hook in self.engine.interceptors:
+                hook.timer_fired(self.run_id, key, kind, due, now)
 
     def _hooks(self, name: str, op: StepOp, attempt: int) -> None:
         try:

@@ -289,6 +289,8 @@ async def start_all(act: Activation, ops: list[ChildOp]) -> None:
             for op, n in zip(ops, news, strict=True)
         ]  # fmt: skip
         started = await writes.guard(act.store.create_runs(news, data))
+        for op in ops:  # the children exist, the parent's journal does not say so yet
+            act.call_finished(op)
         r = batch.round
         recs: list[Record] = []
         events: list[StepEvent | None] = []

@@ -6,8 +6,9 @@ are parts of `Client` of their own; `sdk._clientbase` holds what they share.
 
 from __future__ import annotations
 
+import functools
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +29,7 @@ from sdk._clock import Clock, SystemClock, seconds
 from sdk._export import Exporting
 from sdk._flowdef import FlowDef
 from sdk._history import History
+from sdk._intercept import Interceptor
 from sdk._lineage import Lineages
 from sdk._queuing import Queuing
 from sdk._registry import Registry
@@ -65,6 +67,8 @@ class Client(History, Lineages, EventSending, Queuing, ScheduleClient, Exporting
         converter: how values become JSON: a `Serializer`, or a cattrs converter
             (wrapped in one); the workers must use the same (default:
             `Serializer.default()`).
+        interceptors: hooks `start` calls before it creates a run (e.g.
+            `sdk.otel.OtelInterceptor`, which records the caller's trace context).
 
     Example::
 
@@ -81,12 +85,14 @@ class Client(History, Lineages, EventSending, Queuing, ScheduleClient, Exporting
         clock: Clock | None = None,
         registry: Registry | None = None,
         converter: Serializer | cattrs.Converter | None = None,
+        interceptors: Sequence[Interceptor] = (),
     ) -> None:
         self.store = store
         self.authorizer = authorizer
         self.clock: Clock = clock or SystemClock()
         self.registry = registry if registry is not None else Registry.default()
         self.serializer = Serializer.of(converter)
+        self.interceptors = list(interceptors)
 
     # -- starting -----------------------------------------------------------
 
@@ -146,6 +152,32 @@ class Client(History, Lineages, EventSending, Queuing, ScheduleClient, Exporting
         ``run.created`` event's data (e.g. the event that started it)."""
         fd = self._flow_def(flow)
         run_id = check_new_run_id(run_id if run_id is not None else str(uuid.uuid4()), "run_id")
+        create = functools.partial(
+            self._create, fd, args, kwargs, run_id=run_id, priority=priority, queue=queue,
+            tenant_id=tenant_id, cause=cause, concurrency_key=concurrency_key,
+            start_at=start_at, start_in=start_in,
+        )  # fmt: skip
+        if not self.interceptors:
+            return await create(options)
+        name = fd.name if isinstance(fd, FlowDef) else fd
+        for hook in self.interceptors:
+            options = hook.run_starting(name, run_id, options or RunOptions())
+        error: BaseException | None = None
+        try:
+            return await create(options)
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            for hook in reversed(self.interceptors):
+                hook.run_started(run_id, error)
+
+    async def _create(
+        self, fd: FlowDef | str, args: tuple[Any, ...], kwargs: dict[str, Any],
+        options: RunOptions | None, *, run_id: str, priority: int, queue: str | None,
+        tenant_id: str | None, cause: dict[str, Any] | None, concurrency_key: str | None,
+        start_at: datetime | None, start_in: float | timedelta | None,
+    ) -> tuple[RunHandle, bool]:  # fmt: skip
         new = new_run(
             fd, args, kwargs, self.serializer, run_id=run_id, priority=priority, queue=queue,
             tenant_id=tenant_id, options=options, now=self.clock.time(),
@@ -314,7 +346,12 @@ class Client(History, Lineages, EventSending, Queuing, ScheduleClient, Exporting
         raise_refused(run_id, refused)
 
     async def resume(
-        self, run_id: str, *, force: bool = False, actor: str | None = None
+        self,
+        run_id: str,
+        *,
+        force: bool = False,
+        actor: str | None = None,
+        version: str | None = None,
     ) -> RunHandle:
         """Continue a failed, canceled or waiting run from its checkpoint.
 
@@ -330,11 +367,24 @@ class Client(History, Lineages, EventSending, Queuing, ScheduleClient, Exporting
                 for ``force_resume`` instead of ``resume``, and the
                 ``run.resumed`` event records ``force: true``.
             actor: who resumes (required when the client has an authorizer).
+            version: move the run onto this version of its flow (version
+                routing: docs/changing-flows.md): from then on only workers
+                serving the flow at `version` execute it, replaying its journal
+                on that code. Also accepted for a run stuck queued (``pending``,
+                or ``replaying`` after its lease expired) because no worker serves
+                its version: it keeps its place in the queue. The authorizer is
+                asked for ``resume`` (``force_resume``) as usual, and the
+                ``run.resumed`` event records the old and new versions.
+
+        Example::
+
+            await client.resume(run_id, version="2024-06-01", actor="ops@example.com")
         """
         check_id(run_id, "run_id")
         if not isinstance(force, bool):
             raise InvalidArgument(f"resume(): force must be a bool, got {force!r}")
         check_optional_id(actor, "actor")
+        check_optional_id(version, "resume(): version")
         authorized = await self._authorize(actor, "force_resume" if force else "resume", run_id)
         stored = authorized or await self._stored(run_id)
         discard = None
@@ -345,10 +395,12 @@ class Client(History, Lineages, EventSending, Queuing, ScheduleClient, Exporting
             and err.reason != Reason.NON_DETERMINISM
         ):
             discard = err.step_key
+        said: dict[str, Any] = {"actor": actor, "from": stored.status.value, "force": force}
+        if version is not None:
+            said.update(version=version, from_version=stored.flow_version)
         refused = await self.store.resume(
-            run_id, discard, now=self.clock.time(),
-            event_data=dumps({"actor": actor, "from": stored.status.value, "force": force}),
-        )  # fmt: skip
+            run_id, discard, now=self.clock.time(), event_data=dumps(said), version=version
+        )
         raise_refused(run_id, refused)
         return RunHandle(self, run_id)
 

@@ -157,7 +157,10 @@ class ClientBase:
 
     def _result_value(self, stored: StoredRun, rec: RunRecord) -> Any:
         """`rec`'s result (the JSON data of `stored`'s) rebuilt into its type."""
-        fd = self.registry.find_flow(stored.flow)
+        registry = self.registry
+        fd = registry.find_version(stored.flow, stored.flow_version) or registry.find_flow(
+            stored.flow
+        )
         declared = fd.return_type() if fd is not None else None
         return self.serializer.decode(
             rec.result, declared, stored.result_type, f"result of run {stored.run_id!r}"
@@ -194,10 +197,11 @@ class ClientBase:
             workers = await self.workers()
         except Exception:  # a hint is not worth failing for
             return None
-        if any(w.serves(stored.flow, stored.queue) for w in workers):
+        if any(w.serves(stored.flow, stored.queue, stored.flow_version) for w in workers):
             return None
+        at = "" if stored.flow_version is None else f" at version {stored.flow_version!r}"
         return (
-            f"no live worker serves flow {stored.flow!r} on queue {stored.queue!r} "
+            f"no live worker serves flow {stored.flow!r}{at} on queue {stored.queue!r} "
             f"({len(workers)} live worker(s) on this store and key prefix); start one with "
             "the same store and prefix, e.g. `steadyflow worker MODULE` with STEADYFLOW_STORE "
             "and STEADYFLOW_PREFIX set (in a FlowTestEnv, call run_until_idle())"

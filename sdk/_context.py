@@ -53,16 +53,44 @@ class StepContext:
 
 
 class _ReplayQuietLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
-    """Drops records while the run is replaying, so a line is logged once."""
+    """Drops records while the run is replaying, so a line is logged once.
+
+    Each record carries the run's correlation ids as attributes: ``run_id``,
+    ``flow``, ``flow_version``, ``tenant_id``, ``trace_id``, ``step_key`` (None
+    outside a step), and what the worker's interceptors add (`sdk.otel`: the
+    OpenTelemetry ``otel_trace_id`` and ``otel_span_id``).
+    """
 
     def __init__(self, logger: logging.Logger, activation: Activation) -> None:
-        super().__init__(logger, {"run_id": activation.run_id, "flow": activation.flow.name})
+        stored = activation.stored
+        super().__init__(
+            logger,
+            {
+                "run_id": activation.run_id,
+                "flow": activation.flow.name,
+                "flow_version": stored.flow_version,
+                "tenant_id": stored.tenant_id,
+                "trace_id": stored.trace_id or activation.run_id,
+            },
+        )
         self._activation = activation
 
     def log(self, level: int, msg: object, *args: Any, **kwargs: Any) -> None:
         if self._activation.is_replaying:
             return
         super().log(level, msg, *args, **kwargs)
+
+    def process(self, msg: Any, kwargs: Any) -> tuple[Any, Any]:
+        extra = dict(self.extra or {})
+        act = self._activation
+        step = _step_var.get()
+        key = step.key if step is not None and step.run_id == act.run_id else None
+        extra["step_key"] = key
+        for hook in act.engine.interceptors:
+            extra.update(hook.log_context(act.run_id, key))
+        extra.update(kwargs.get("extra") or {})  # the caller's own fields win
+        kwargs["extra"] = extra
+        return msg, kwargs
 
 
 class RunContext:

@@ -56,9 +56,12 @@ def _pos(op: Op) -> int:
 class ReplayCursor:
     """Keys, positions and recorded rounds of one activation."""
 
-    def __init__(self, run_id: str, flow: str, journal: Journal) -> None:
+    def __init__(
+        self, run_id: str, flow: str, journal: Journal, version: str | None = None
+    ) -> None:
         self.run_id = run_id
         self.flow = flow
+        self.version = version  # the flow version the run is on (named by errors)
         self.journal = journal
         self.round = 0  # the last round delivered
         # the cancel given to the flow, if it was: out of the calls' positions, its
@@ -226,8 +229,9 @@ class ReplayCursor:
         made (`NonDeterminismError`); remembered as `fatal` (the first one)."""
         journal = {p: rec.key for p, rec in self.journal.by_pos.items() if p != CANCEL_POS}
         err = NonDeterminismError(
-            self.run_id, pos, recorded, called, detail=detail, journal=journal, calls=self._made
-        )
+            self.run_id, pos, recorded, called, detail=detail, journal=journal,
+            calls=self._made, flow=self.flow, flow_version=self.version,
+        )  # fmt: skip
         if self.fatal is None:
             self.fatal = err
         return err

@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from sdk._clock import Clock
+from sdk._intercept import Abandon, Interceptor
 from sdk._outbox import ChannelDef, Intent
 from sdk._quarantine import unavailable
 from sdk._serde import converter, dumps, exception_message, loads, type_path
@@ -67,6 +68,9 @@ class Dispatcher:
         self.lease_ttl = lease_ttl
         self._sending: dict[asyncio.Task[None], IntentClaim] = {}
         self._freed = asyncio.Event()
+        #: called around each delivery (kind ``"deliver"``); an `Abandon` they raise
+        #: drops the delivery as a dead worker would: its lease is left to run out
+        self.interceptors: list[Interceptor] = []
 
     def tasks(self) -> list[asyncio.Task[None]]:
         return list(self._sending)
@@ -102,6 +106,9 @@ class Dispatcher:
             return
         data = {"intent_id": claim.intent_id, "channel": intent.channel,
                 "idempotency_key": intent.idempotency_key, "attempt": claim.delivery}  # fmt: skip
+        point = f"~deliver:{intent.idempotency_key}"
+        if not self._hooks(intent.run_id, point, finished=False):
+            return
         try:
             await cdef.handler(intent)
         except asyncio.CancelledError:
@@ -113,6 +120,8 @@ class Dispatcher:
             raise
         except Exception as exc:
             await self._failed(claim, intent, cdef, exc, data)
+            return
+        if not self._hooks(intent.run_id, point, finished=True):
             return
         try:
             settled = await self.store.settle_intent(
@@ -128,6 +137,18 @@ class Dispatcher:
         if not settled:
             log.info("intent %s: delivered, but it was canceled or settled meanwhile",
                      claim.intent_id)  # fmt: skip
+
+    def _hooks(self, run_id: str, point: str, *, finished: bool) -> bool:
+        """The interceptors around a delivery; False: one abandoned it."""
+        try:
+            for hook in self.interceptors:
+                if finished:
+                    hook.call_finished(run_id, point, "deliver")
+                else:
+                    hook.call_started(run_id, point, "deliver")
+        except Abandon:
+            return False
+        return True
 
     async def _failed(
         self, claim: IntentClaim, intent: Intent, cdef: ChannelDef, exc: Exception,

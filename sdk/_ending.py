@@ -15,8 +15,16 @@ from typing import TYPE_CHECKING
 
 from sdk import _waits
 from sdk._flowdef import RESULT_GRACE
+from sdk._intercept import ActivationOutcome
 from sdk._ops import STEP_TAG
-from sdk._serde import clean_message, converter, dumps, exception_message, type_path
+from sdk._serde import (
+    clean_message,
+    converter,
+    dumps,
+    exception_message,
+    traceback_text,
+    type_path,
+)
 from sdk._types import ErrorInfo, Reason, RunStatus
 from sdk._writes import Stop
 from sdk.errors import FlowBlocked, SerializationError
@@ -49,7 +57,8 @@ async def conclude(act: Activation) -> None:
         key, reason = getattr(failure, STEP_TAG, (None, Reason.FLOW_ERROR))
         if isinstance(failure, SerializationError) and key is None:
             reason = Reason.SERIALIZATION_ERROR
-        await fail(act, type(failure), exception_message(failure), key, reason)
+        tb = traceback_text(failure)
+        await fail(act, type(failure), exception_message(failure), key, reason, tb)
         return
     unreached = act.cursor.unreached()
     if unreached is not None:
@@ -68,6 +77,7 @@ async def conclude(act: Activation) -> None:
         return
     now = act.clock.time()
     grace = now + RESULT_GRACE if flow.delete_on_success else None
+    act.ended = ActivationOutcome.COMPLETED
     await _end(
         act,
         act.store.finish(
@@ -82,6 +92,7 @@ async def canceled(act: Activation) -> None:
     """The flow ended after it was given its cancel: the run ends ``canceled`` with
     the cancel's reason, however the flow ended. What it returned is kept as the
     run's result, an error it raised as its error (for inspection)."""
+    act.ended = ActivationOutcome.CANCELED
     main = act.main
     assert main is not None
     result = result_type = error = None
@@ -91,6 +102,7 @@ async def canceled(act: Activation) -> None:
             info = ErrorInfo(
                 type_path(type(failure)), clean_message(exception_message(failure)),
                 getattr(failure, STEP_TAG, (None,))[0], Reason.FLOW_ERROR,
+                traceback_text(failure),
             )  # fmt: skip
             error = dumps(converter.unstructure(info))
         else:
@@ -139,11 +151,17 @@ async def continue_as_new(act: Activation) -> None:
 
 
 async def fail(
-    act: Activation, etype: type[BaseException], message: str, key: str | None, reason: Reason
+    act: Activation,
+    etype: type[BaseException],
+    message: str,
+    key: str | None,
+    reason: Reason,
+    tb: str | None = None,
 ) -> None:
-    """Record the run's failure."""
+    """Record the run's failure (`tb`: its traceback, `traceback_text`)."""
+    act.ended = ActivationOutcome.FAILED
     # a message with a lone surrogate, or of 10 MB, must not make the write fail
-    error = ErrorInfo(type_path(etype), clean_message(message), key, reason)
+    error = ErrorInfo(type_path(etype), clean_message(message), key, reason, tb)
     text = dumps(converter.unstructure(error))
     await _end(
         act,

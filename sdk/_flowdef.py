@@ -297,7 +297,10 @@ def flow(
 
         (registry or Registry.default()).add_flow(fd)
         wrapper: Any = passthrough(fn)
-        wrapper.__steadyflow_flow__ = fd
+        # on the wrapper itself (wrapt keeps `_self_` attributes there; others it
+        # sets on the function): one function decorated twice, e.g. under two
+        # versions, gives two flows
+        wrapper._self_steadyflow_flow = fd
         return wrapper
 
     if fn is not None:

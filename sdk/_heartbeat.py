@@ -41,13 +41,13 @@ class Heartbeat:
 
     if TYPE_CHECKING:
 
-        def _served(self) -> list[str]: ...  # the flows the Worker serves
+        def _served(self) -> list[tuple[str, str | None]]: ...  # the Worker's flows
 
     def _beat(self) -> WorkerBeat:
         now = self.clock.time()
         return WorkerBeat(
             worker_id=self.owner, host=socket.gethostname(), pid=os.getpid(),
-            flows=tuple(sorted(self._served())),
+            flows=tuple(sorted(n if v is None else f"{n}@{v}" for n, v in self._served())),
             queues=None if self.queues is None else tuple(self.queues),
             concurrency=self.concurrency, in_flight=len(self._inflight),
             started_at=self._started_at, beat_at=now, expires_at=now + self.lease_ttl,

@@ -174,9 +174,10 @@ class Lineages(ClientBase):
         new_id = check_new_run_id(new_run_id or str(uuid.uuid4()), "new_run_id")
         priority = options.get("priority", rec.priority)
         queue = options.get("queue", rec.queue)
-        fd = self.registry.find_flow(flow)
+        version = options.get("flow_version", rec.flow_version)
+        fd = self.registry.find_version(flow, version) or self.registry.find_flow(flow)
         return NewRun(
-            new_id, flow, options.get("flow_version", rec.flow_version), run.args,
+            new_id, flow, version, run.args,
             hashlib.sha256(f"{kind}\n{run.run_id}\n{wanted}\n{new_id}".encode()).hexdigest(),
             queue, priority, options.get("tenant_id", rec.tenant_id), self.clock.time(),
             thread_id=options.get("thread_id", rec.thread_id),

@@ -10,13 +10,20 @@ can build an isolated one::
         ...
 
 A name is an identity in the journal and in every stored run, so registering
-a *different* function under a name already taken raises `RegistryConflict`;
-registering the same definition again (its module imported again, a reload)
-replaces the entry.
+a *different* function under a name and version already taken raises
+`RegistryConflict`; registering the same definition again (its module
+imported again, a reload) replaces the entry.
+
+A name can carry several versions (``@flow(name=..., version=...)`` on
+different functions): each run executes on the version it started on (version
+routing: docs/changing-flows.md). New runs started by name take the name's
+*current* version: the greatest by `version_order` (an unversioned definition
+counts as the oldest).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -27,14 +34,27 @@ if TYPE_CHECKING:
     from sdk._outbox import ChannelDef
     from sdk._queues import Queue
 
-__all__ = ["Registry", "channel_def_of", "flow_def_of", "same_function"]
+__all__ = ["Registry", "channel_def_of", "flow_def_of", "same_function", "version_order"]
+
+_DIGITS = re.compile(r"(\d+)")
+
+
+def version_order(version: str | None) -> tuple[tuple[int, int | str], ...]:
+    """A sort key for flow versions: `None` first, then natural order (runs of
+    digits compare as numbers, so ``"v9" < "v10"`` and dates in ISO form sort
+    by date)."""
+    if version is None:
+        return ()
+    return tuple(
+        (1, int(part)) if part.isdigit() else (0, part) for part in _DIGITS.split(version) if part
+    ) or ((0, ""),)
 
 
 def flow_def_of(obj: Any) -> FlowDef | None:
     """The `FlowDef` behind a decorated flow function, if it is one."""
     from sdk._flowdef import FlowDef
 
-    fd = getattr(obj, "__steadyflow_flow__", None)
+    fd = getattr(obj, "_self_steadyflow_flow", None)  # set by `flow` on its wrapper
     return fd if isinstance(fd, FlowDef) else None
 
 
@@ -69,7 +89,8 @@ class Registry:
     _default: ClassVar[Registry | None] = None
 
     def __init__(self, *definitions: Callable[..., Any]) -> None:
-        self._flows: dict[str, FlowDef] = {}
+        self._flows: dict[str, FlowDef] = {}  # name -> its current version
+        self._versions: dict[str, dict[str | None, FlowDef]] = {}  # name -> every version
         self._channels: dict[str, ChannelDef] = {}
         self._queues: dict[str, Queue] = {}
         self.add(*definitions)
@@ -108,17 +129,29 @@ class Registry:
                 raise TypeError(f"{obj!r} is neither a @flow function nor a @channel handler")
 
     def add_flow(self, fd: FlowDef) -> None:
-        """Register a flow definition under its name."""
-        known = self._flows.get(fd.name)
+        """Register a flow definition under its name and version.
+
+        The same definition registered again at its version replaces its entry;
+        another function (or the same one: a flow kept under two versions) may
+        take the same name at another version.
+
+        Raises:
+            RegistryConflict: the name and version are taken by a different function.
+        """
+        versions = self._versions.setdefault(fd.name, {})
+        known = versions.get(fd.version)
         if known is not None and not same_function(known.fn, fd.fn):
+            at = "" if fd.version is None else f" at version {fd.version!r}"
             raise RegistryConflict(
-                f"flow name {fd.name!r} is already registered by {_where(known.fn)}; "
-                f"{_where(fd.fn)} cannot take it (stored runs name their flow). Give one "
-                "of them another name: @flow(name=...)"
+                f"flow name {fd.name!r}{at} is already registered by {_where(known.fn)}; "
+                f"{_where(fd.fn)} cannot take it (stored runs name their flow and version). "
+                "Give one of them another name (@flow(name=...)) or another version "
+                "(@flow(version=...))"
             )
         if fd.queue_def is not None:
             self.add_queue(fd.queue_def)
-        self._flows[fd.name] = fd
+        versions[fd.version] = fd
+        self._flows[fd.name] = versions[max(versions, key=version_order)]
 
     def add_queue(self, queue: Queue) -> None:
         """Declare a queue's limits (workers and clients of this registry use them).
@@ -149,12 +182,23 @@ class Registry:
         self._channels[cdef.name] = cdef
 
     def flows(self) -> dict[str, FlowDef]:
-        """A snapshot of the registered flows, by name."""
+        """A snapshot of the registered flows, by name: each name's current version
+        (`versions` has them all)."""
         return dict(self._flows)
 
     def find_flow(self, name: str) -> FlowDef | None:
-        """The flow registered under `name`, or None."""
+        """The flow registered under `name` (its current version), or None."""
         return self._flows.get(name)
+
+    def find_version(self, name: str, version: str | None) -> FlowDef | None:
+        """The flow registered under `name` at exactly `version` (None: the
+        unversioned definition), or None."""
+        return self._versions.get(name, {}).get(version)
+
+    def versions(self, name: str) -> dict[str | None, FlowDef]:
+        """Every registered version of the flow `name` (empty if none), oldest first."""
+        known = self._versions.get(name, {})
+        return {v: known[v] for v in sorted(known, key=version_order)}
 
     def flow(self, name: str) -> FlowDef:
         """The flow registered under `name`.

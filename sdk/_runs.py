@@ -124,6 +124,8 @@ def run_record(stored: StoredRun) -> RunRecord:
         damage=damage,
         concurrency_key=stored.concurrency_key,
         start_at=timestamp(stored.start_at),
+        lease_owner=stored.lease_owner,
+        lease_expires_at=timestamp(stored.lease_expires_at),
     )
 
 

@@ -8,11 +8,13 @@ never configure.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import decimal
 import functools
 import json
 import sys
+import traceback
 import typing
 import uuid
 from collections.abc import Callable
@@ -224,14 +226,50 @@ def exception_message(exc: BaseException) -> str:
     return clean_message(text)
 
 
+#: The longest traceback kept with a failure: its last characters (the frames
+#: nearest the error), so a deep recursion cannot bloat a journal.
+MAX_TRACEBACK = 8000
+
+
+def traceback_text(exc: BaseException) -> str | None:
+    """The formatted traceback of `exc` (its chained causes too), made storable and
+    cut to its last `MAX_TRACEBACK` characters; None when it has none (a
+    failure rebuilt from the journal: `recorded_traceback` has that one)."""
+    recorded = recorded_traceback(exc)
+    if recorded is not None:
+        return recorded
+    if exc.__traceback__ is None:
+        return None
+    try:
+        text = "".join(traceback.format_exception(exc))
+    except Exception:  # a broken __str__ in the chain: the frames alone
+        text = "".join(traceback.format_tb(exc.__traceback__))
+    if len(text) > MAX_TRACEBACK:
+        cut = len(text) - MAX_TRACEBACK
+        text = f"... ({cut} characters cut)\n" + text[cut:]
+    if not text.isascii():  # a lone surrogate cannot be stored (as in clean_message)
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+def recorded_traceback(exc: BaseException) -> str | None:
+    """The traceback recorded with the failure `exc` was rebuilt from, if any."""
+    text = getattr(exc, "__steadyflow_traceback__", None)
+    return text if isinstance(text, str) else None
+
+
 def encode_exception(exc: BaseException) -> dict[str, Any]:
-    """A failure as JSON: type path, message, and its constructor args when they are
-    small plain JSON that comes back equal (a `UnicodeDecodeError`'s bytes are not).
-    Whatever the exception holds, the result can be stored."""
+    """A failure as JSON: type path, message, its traceback (`traceback_text`), and
+    its constructor args when they are small plain JSON that comes back equal (a
+    `UnicodeDecodeError`'s bytes are not). Whatever the exception holds, the
+    result can be stored."""
     data: dict[str, Any] = {
         "type": clean_message(type_path(type(exc))),
         "message": exception_message(exc),
     }
+    tb = traceback_text(exc)
+    if tb is not None:
+        data["traceback"] = tb
     args = list(exc.args) if isinstance(exc.args, tuple) else []
     if args:
         try:
@@ -253,8 +291,18 @@ def rebuild_exception(data: dict[str, Any], step_key: str | None) -> BaseExcepti
     subclass that shows the recorded message: ``except UnicodeDecodeError``
     still catches it, and its type path is the original's. A type that is not
     found (or cannot be built) becomes `StepError` with the type's name and
-    the message.
+    the message. It carries the recorded traceback, if any
+    (`recorded_traceback`), for the errors that report it.
     """
+    exc = _rebuild(data, step_key)
+    tb = data.get("traceback")
+    if isinstance(tb, str):
+        with contextlib.suppress(Exception):  # the recorded traceback (traceback_text)
+            exc.__steadyflow_traceback__ = tb  # type: ignore[attr-defined]
+    return exc
+
+
+def _rebuild(data: dict[str, Any], step_key: str | None) -> BaseException:
     path = str(data.get("type") or "")
     message = data.get("message")
     message = message if isinstance(message, str) else ""

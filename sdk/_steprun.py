@@ -16,6 +16,7 @@ is cancelled, allowed to unwind, and the attempt fails with `StepTimeout`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
 from collections.abc import Awaitable
@@ -70,11 +71,13 @@ def start(act: Activation, op: StepOp) -> None:
             op.retry_due = rec.due
             act.park_op(op)
             return
+        act.timer_fired(op.key, "retry", rec.due)  # the backoff the run parked on is over
     act.spawn(_attempts(act, op, attempts))
 
 
 def retry_now(act: Activation, op: StepOp) -> None:
     """A waiting retry is due: run the next attempt."""
+    act.timer_fired(op.key, "retry", op.retry_due)
     op.retry_due = None
     attempts = op.record.attempts if op.record is not None else 0
     act.spawn(_attempts(act, op, attempts))
@@ -154,6 +157,8 @@ async def _attempts(act: Activation, op: StepOp, attempts: int) -> None:
         if failure is not None:
             attempts += 1
             due = await _failed(act, op, failure, attempts, policy, rh)
+            if act.engine.interceptors:
+                act.step_failed(op, attempts, failure, due is not None)
             if due is None:
                 return
             delay = due - act.clock.time()
@@ -247,6 +252,9 @@ async def _fail(
 ) -> None:
     """Record the step's failure for good; the flow gets `exc` (tagged with key and reason)."""
     error = encode_exception(exc)
+    if "traceback" in error:  # the run's error reports the step's frames, as a replay does
+        with contextlib.suppress(Exception):
+            exc.__steadyflow_traceback__ = error["traceback"]  # type: ignore[attr-defined]
 
     def record(r: int) -> Record:
         return Record(op.key, op.pos, Kind.STEP, State.FAILED, error=error, reason=reason,

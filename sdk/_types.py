@@ -88,7 +88,10 @@ class RunOptions:
 
     Attributes:
         thread_id: groups runs of one conversation or case.
-        trace_id: correlation id carried by every event (default: the run id).
+        trace_id: correlation id carried by every event (default: the run id). A
+            W3C ``traceparent`` value (``00-<trace id>-<span id>-<flags>``) also makes
+            the run's OpenTelemetry spans continue that trace (`sdk.otel`, which
+            records the caller's context here when `Client.start` runs).
         environment: e.g. ``"production"``.
         versions: `Versions` the run is started against.
         policy_snapshot_id: the policy in force when the run started.
@@ -155,12 +158,17 @@ class ErrorInfo:
         message: ``str()`` of the exception.
         step_key: the step it came from, if it came from a step.
         reason: a `Reason` code.
+        traceback: the formatted traceback where it was raised (for a step's
+            failure, the step body's frames, recorded when it failed), cut to its
+            last 8,000 characters; None when there is none (non-determinism, a
+            damaged record, an error recorded before tracebacks were kept).
     """
 
     type: str
     message: str
     step_key: str | None = None
     reason: str | None = None
+    traceback: str | None = None
 
 
 @attrs.frozen
@@ -205,6 +213,11 @@ class RunRecord:
     `concurrency_key` and `start_at` are the start options of those names
     (`start_in` is recorded as the `start_at` it made): see `Queue`.
 
+    `lease_owner` is the worker executing the run right now (its
+    `WorkerInfo.worker_id`) and `lease_expires_at` when its lease runs out
+    unless the worker's heartbeat renews it; both None while no activation
+    holds the run (queued, parked, ended, or its lease expired).
+
     `damage` is None when the whole stored record could be read. Otherwise it
     names the key and says what could not be read ("<key>: <what>; <what>"):
     those fields hold their defaults; a status that cannot be read is
@@ -245,6 +258,8 @@ class RunRecord:
     damage: str | None = None
     concurrency_key: str | None = None  # Client.start(concurrency_key=)
     start_at: datetime | None = None  # a delayed start (start_at / start_in): when it is queued
+    lease_owner: str | None = None  # the worker executing it now (`WorkerInfo.worker_id`)
+    lease_expires_at: datetime | None = None  # its lease's end unless the worker renews it
 
 
 @attrs.frozen
@@ -255,7 +270,8 @@ class WorkerInfo:
         worker_id: its lease owner name (``host:pid:random`` by default).
         host: the machine it runs on.
         pid: its process id.
-        flows: the names of the flows it serves.
+        flows: the flows it serves: a name for an unversioned definition,
+            ``name@version`` for a versioned one.
         queues: the queues it serves; None for every queue.
         concurrency: activations it runs at once.
         in_flight: activations it was running at its last heartbeat.
@@ -273,6 +289,8 @@ class WorkerInfo:
     started_at: datetime
     last_beat: datetime
 
-    def serves(self, flow: str, queue: str) -> bool:
-        """Whether it claims runs of `flow` on `queue`."""
-        return flow in self.flows and (self.queues is None or queue in self.queues)
+    def serves(self, flow: str, queue: str, version: str | None = None) -> bool:
+        """Whether it claims runs of `flow` started at `version` (None: unversioned)
+        on `queue`."""
+        name = flow if version is None else f"{flow}@{version}"
+        return name in self.flows and (self.queues is None or queue in self.queues)

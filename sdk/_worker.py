@@ -26,7 +26,7 @@ from sdk._heartbeat import Heartbeat
 from sdk._intercept import Interceptor
 from sdk._outbox import ChannelDef
 from sdk._queues import claim_limits
-from sdk._registry import Registry, channel_def_of, flow_def_of
+from sdk._registry import Registry, channel_def_of, flow_def_of, version_order
 from sdk._serde import converter as records
 from sdk._serde import dumps
 from sdk._ticker import Ticker
@@ -52,7 +52,9 @@ class Worker(Heartbeat):
         store: the store (see `stores.open_store`).
         flows: the flows to serve (functions, or names in `registry`); default every
             flow of `registry` (looked up at each poll). A worker claims only runs of
-            flows it serves: others stay queued for a worker that serves them.
+            flows it serves, at a version it serves (a run executes on the version
+            it started on): others stay queued for a worker that serves them. A
+            name serves every version of it in `registry`; a function, only its own.
         concurrency: activations executing at once.
         clock: injected clock (tests pass a `FakeClock`).
         lease_ttl: seconds a claimed run stays owned without a heartbeat.
@@ -123,8 +125,9 @@ class Worker(Heartbeat):
         self.grace_period = lease_ttl if grace_period is None else grace_period
         self.owner = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.registry = registry if registry is not None else Registry.default()
-        # flows given as functions are served as given; names are looked up in the registry
-        self._given: dict[str, FlowDef] = {}
+        # flows given as functions are served as given (that version); names are
+        # looked up in the registry at each poll (every version registered)
+        self._given: dict[tuple[str, str | None], FlowDef] = {}
         self._flows = None if flows is None else [self._resolve(f) for f in flows]
         self.engine = Engine(
             store=store,
@@ -147,11 +150,12 @@ class Worker(Heartbeat):
         self._channels = None if channels is None else [self._resolve_channel(c) for c in channels]
         # child flows' ends and cascading cancels: served by every worker
         self._internal = internal_channels(store, self.clock)
-        self._ticker = Ticker(store, self.clock, self.engine.serializer, self._flow)  # schedules
+        self._ticker = Ticker(store, self.clock, self.engine.serializer, self._current)  # schedules
         self.dispatcher = Dispatcher(
             store, self.clock, self._served_channels,
             concurrency=concurrency, lease_ttl=self.lease_ttl,
         )  # fmt: skip
+        self.dispatcher.interceptors = self.engine.interceptors  # deliveries too
         self._stop = asyncio.Event()
         self._started_at = self.clock.time()
         self._slot_freed = asyncio.Event()
@@ -172,7 +176,7 @@ class Worker(Heartbeat):
         fd = flow_def_of(f)
         if fd is None:
             raise InvalidArgument(f"{f!r} is not a @flow function")
-        self._given[fd.name] = fd
+        self._given[fd.name, fd.version] = fd
         return fd.name
 
     @staticmethod
@@ -197,16 +201,36 @@ class Worker(Heartbeat):
                 out[c] = registered[c]
         return out
 
-    def _served(self) -> list[str]:
+    def _served_names(self) -> list[str]:
         """Flow names this worker runs; runs of other flows stay queued for others."""
         if self._flows is not None:
             return self._flows
         return list(self.registry.flows())
 
-    def _flow(self, name: str) -> FlowDef | None:
-        if self._flows is not None and name not in self._flows:
+    def _served(self) -> list[tuple[str, str | None]]:
+        """The (flow, version) pairs this worker runs: a run is claimed only by a
+        worker that has the code of the version it started on (version routing)."""
+        pairs = dict.fromkeys(self._given)
+        for name in self._served_names():
+            if not any(n == name for n, _ in self._given):
+                pairs.update(dict.fromkeys((name, v) for v in self.registry.versions(name)))
+        return list(pairs)
+
+    def _flow(self, name: str, version: str | None) -> FlowDef | None:
+        """The definition of flow `name` at `version` served here, or None."""
+        fd = self._given.get((name, version))
+        if fd is not None or (self._flows is not None and name not in self._flows):
+            return fd
+        if any(n == name for n, _ in self._given):
+            return None  # given as functions: only those versions
+        return self.registry.find_version(name, version)
+
+    def _current(self, name: str) -> FlowDef | None:
+        """The newest served version of flow `name` (what its schedules start)."""
+        served = [v for n, v in self._served() if n == name]
+        if not served:
             return None
-        return self._given.get(name) or self.registry.find_flow(name)
+        return self._flow(name, max(served, key=version_order))
 
     # -- one pass ------------------------------------------------------------------
 
@@ -219,20 +243,24 @@ class Worker(Heartbeat):
         """
         free = max(self.concurrency - len(self._inflight), 0)
         served = self._served()
-        await self._ticker.ensure(served)  # the @scheduled flows' schedules (once)
+        names = list(dict.fromkeys(name for name, _ in served))
+        await self._ticker.ensure(names)  # the @scheduled flows' schedules (once)
         if not served:
             free = 0  # nothing to serve: keep timers and leases, claim nothing
         executing: dict[str, int] = {}
         for q in self._queue_of.values():
             executing[q] = executing.get(q, 0) + 1
+        polled_at = self.clock.time()
         claims, tick = await self.store.poll(
-            self.owner, self.queues, free, self.clock.time(), self.lease_ttl,
+            self.owner, self.queues, free, polled_at, self.lease_ttl,
             self.max_recoveries, self._recovery_error, flows=served,
             limits=claim_limits(self.registry.queues().values(), executing),
         )  # fmt: skip
         self._capped = tick.capped
         if tick.recovered:
             log.warning("recovered %d run(s) whose lease expired", tick.recovered)
+            for hook in self.engine.interceptors:
+                hook.leases_recovered(tick.recovered)
         if tick.repaired:
             log.warning(
                 "repair pass: queued %d run(s) again that no index reached (see their "
@@ -241,20 +269,20 @@ class Worker(Heartbeat):
         for damaged in tick.damaged:
             self._fail_damaged(damaged)
         for claim in claims:
-            self._spawn(claim)
+            self._spawn(claim, polled_at)
         started, sched = 0, tick.schedules_due
         if sched is not None and sched <= self.clock.time():
             # their runs are queued (with wake-ups): the next pass claims them
-            started, sched = await self._ticker.fire(served)
+            started, sched = await self._ticker.fire(names)
         due = [t for t in (tick.next_due, sched) if t is not None]
         return len(claims) + started, min(due, default=None)
 
-    def _spawn(self, claim: Claim) -> None:
+    def _spawn(self, claim: Claim, polled_at: float) -> None:
         run_id = claim.run.run_id
         if claim.damage is not None:
             self._fail_damaged(claim.damage)
             return
-        fd = self._flow(claim.run.flow)
+        fd = self._flow(claim.run.flow, claim.run.flow_version)
         if fd is None:
             task = asyncio.create_task(self._unknown_flow(claim))
             act = None
@@ -266,6 +294,7 @@ class Worker(Heartbeat):
                 return
             act = Activation(
                 self.engine, claim.run, journal, fd, claim.mail, claim.lineage,
+                claimed_at=polled_at,
             )  # fmt: skip
             task = asyncio.create_task(self._execute(act))
         self._lost.discard(run_id)  # a new activation: whatever befell an earlier one
@@ -297,7 +326,10 @@ class Worker(Heartbeat):
         # Only reachable if a flow left the registry between poll and spawn:
         # hand the run back for a worker that serves its flow.
         run = claim.run
-        log.warning("run %s: flow %r is not served here; handing it back", run.run_id, run.flow)
+        log.warning(
+            "run %s: flow %r at version %r is not served here; handing it back",
+            run.run_id, run.flow, run.flow_version,
+        )  # fmt: skip
         await self.store.release(run.run_id, run.fence)
 
     async def _execute(self, act: Activation) -> None:

@@ -88,7 +88,10 @@ class NonDeterminismError(SteadyflowError):
             reaching a call the journal holds, e.g. a step was removed).
         detail: what else disagreed, when it is not the key at the position
             (e.g. concurrent calls that the changed code makes in another order).
-        diff: the diff lines of the message ("" when none was given).
+        diff: the diff lines of the message ("" when none was given), and the
+            fix; with `flow` (and `flow_version`, the version the run is on) it
+            names the ``@flow(name=..., version=...)`` that keeps the old runs'
+            code.
     """
 
     def __init__(
@@ -101,6 +104,8 @@ class NonDeterminismError(SteadyflowError):
         detail: str | None = None,
         journal: Mapping[int, str] | None = None,
         calls: Sequence[str] | None = None,
+        flow: str | None = None,
+        flow_version: str | None = None,
     ) -> None:
         self.run_id = run_id
         self.position = position
@@ -118,7 +123,11 @@ class NonDeterminismError(SteadyflowError):
                 what = f"the journal records {called!r} at another position"
             else:
                 what = f"the journal records {recorded!r} there"
-        self.diff = "" if journal is None else _diff(position, journal, calls or (), called)
+        self.diff = (
+            ""
+            if journal is None
+            else _diff(position, journal, calls or (), called) + _fix(flow, flow_version)
+        )
         text = f"run {run_id!r}: {head} but {what}; flow code changed in a way that breaks replay"
         super().__init__(text + self.diff)
 
@@ -147,13 +156,28 @@ def _diff(
             now = "-"
         mark = ">" if p == position else " "
         lines.append(f"  {mark} {p:>5}  {key:<{width}}  {now}".rstrip())
-    lines.append(
-        "  To keep runs recorded by the old code on their path, wrap the change in "
-        "`if await patched('<change-id>'):` (docs/changing-flows.md); or version the "
-        "flow (start new runs under a new version or name) and let the old runs finish "
-        "on the old code."
-    )
     return "\n".join(lines)
+
+
+def _fix(flow: str | None, version: str | None) -> str:
+    """How to keep runs recorded by the old code on their path."""
+    text = (
+        "\n  To keep runs recorded by the old code on their path, wrap the change in "
+        "`if await patched('<change-id>'):` (docs/changing-flows.md); or version the flow "
+        "and keep serving the old version until its runs finish"
+    )
+    if flow is None:
+        return text + "."
+    if version is None:
+        return text + (
+            f": this run started unversioned, so keep the old code registered as "
+            f"@flow(name={flow!r}) and give the new code @flow(name={flow!r}, version=...)."
+        )
+    return text + (
+        f": this run started on version {version!r}, so keep the old code registered as "
+        f"@flow(name={flow!r}, version={version!r}) (the new code under a new version), or "
+        "move the run explicitly with Client.resume(run_id, version=...)."
+    )
 
 
 class IdempotencyConflict(SteadyflowError):

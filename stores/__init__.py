@@ -1,12 +1,13 @@
 """Storage for Steadyflow: one protocol, Redis as the canonical store.
 
 from stores import open_store
-store = open_store("redis://localhost:6379/0")   # or rediss://, or memory://
+store = open_store("redis://localhost:6379/0")   # or rediss://, unix://, embedded://, memory://
 store = open_store()   # $STEADYFLOW_STORE and $STEADYFLOW_PREFIX, else the defaults below
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 from urllib.parse import urlsplit
@@ -16,12 +17,17 @@ from stores.redis import RedisStore
 
 __all__ = ["RedisStore", "Store", "open_store"]
 
+_log = logging.getLogger("stores")
+
 # The environment a deployment's processes share, so that a client and a worker
 # agree on where runs live without code (docs/operations.md#configuration).
 # Read by open_store() only: RedisStore and RedisStore.from_url take explicit values.
 STORE_VARIABLE = "STEADYFLOW_STORE"
 PREFIX_VARIABLE = "STEADYFLOW_PREFIX"
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
+# The Redis that open_store() tries when STEADYFLOW_STORE is unset (default
+# DEFAULT_URL); when none answers there, the embedded server (stores._embedded).
+DEFAULT_REDIS_VARIABLE = "STEADYFLOW_DEFAULT_REDIS"
 DEFAULT_PREFIX = "sf"
 
 
@@ -36,13 +42,20 @@ def open_store(
 
     - ``redis://[user:password@]host:port/db`` — Redis;
     - ``rediss://...`` — Redis over TLS (ACL user and password from the URL);
+    - ``unix:///path/to/redis.sock?db=0`` — Redis on a unix socket;
+    - ``embedded://DIR`` — a Valkey server of this machine's own, with its
+      data in ``DIR`` (``embedded://`` alone: ``$XDG_DATA_HOME/steadyflow``),
+      started by the first process that opens it and stopped after the last
+      one closes it (needs the ``embedded`` extra; docs/operations.md);
     - ``memory://`` — the same Redis store on an in-process fakeredis server,
       new and empty at each call (for tests and experiments; needs the
       ``test`` extra).
 
     Args:
         url: the store; default ``$STEADYFLOW_STORE``, else
-            ``redis://127.0.0.1:6379/0``.
+            ``redis://127.0.0.1:6379/0`` (``$STEADYFLOW_DEFAULT_REDIS``) when a
+            server answers there, else ``embedded://`` when the ``embedded``
+            extra is installed (said on stderr).
         prefix: first part of every key; default ``$STEADYFLOW_PREFIX``, else ``sf``.
         partitions: hash-tag partitions, the same in every process of a deployment.
         kwargs: options of the store and of redis-py's connection pool
@@ -55,13 +68,15 @@ def open_store(
 
         store = open_store()  # what the worker started with no --store/--prefix uses
     """
-    url = url or os.environ.get(STORE_VARIABLE) or DEFAULT_URL
+    url = url or os.environ.get(STORE_VARIABLE) or _local_default()
     prefix = prefix or os.environ.get(PREFIX_VARIABLE) or DEFAULT_PREFIX
     scheme = urlsplit(url).scheme
     if scheme == "memory":
-        try:
-            import fakeredis  # a test dependency: only memory:// needs it
+        try:  # fakeredis is a test dependency: only memory:// needs it
+            from stores._fakelua import fake_server, memory_store
         except ImportError as e:  # ImportError, as for any optional dependency (httpx does so)
+            if not (e.name or "").startswith("fakeredis"):
+                raise
             raise ImportError(
                 "memory:// stores need fakeredis, from the test extra: "
                 "pip install 'steadyflow[test]'"
@@ -71,14 +86,46 @@ def open_store(
         unknown = set(kwargs) - {"max_events_per_run"}
         if unknown:
             raise TypeError(f"memory:// takes no connection options, got {sorted(unknown)}")
-        from stores._redispy import READ_ERRORS
-
-        client = fakeredis.FakeAsyncRedis(
-            server=fakeredis.FakeServer(), decode_responses=True, encoding_errors=READ_ERRORS
-        )
-        store = RedisStore(client, prefix=prefix, partitions=partitions, **kwargs)
-        store._label = "memory://"
-        return store
+        # A server that compiles each script once, with the store's scripts
+        # loaded (see stores._fakelua): in-process speed for tests.
+        return memory_store(fake_server(), prefix=prefix, partitions=partitions, **kwargs)
     if scheme in ("redis", "rediss", "unix"):
         return RedisStore.from_url(url, prefix=prefix, partitions=partitions, **kwargs)
-    raise ValueError(f"unsupported store URL {url!r}: use redis://, rediss:// or memory://")
+    if scheme == "embedded":
+        from stores._embedded import open_embedded
+
+        location = url.removeprefix("embedded://")
+        return open_embedded(location, prefix=prefix, partitions=partitions, **kwargs)
+    raise ValueError(
+        f"unsupported store URL {url!r}: use redis://, rediss://, unix://, embedded:// or memory://"
+    )
+
+
+def _local_default() -> str:
+    """The store of a process given none: the local Redis, else the embedded server.
+
+    The one place that chooses (the README's demo, the worker and the CLI all
+    come here): a newcomer with nothing but Python gets a working store.
+    """
+    from stores._embedded import embedded_available, reachable
+
+    url = os.environ.get(DEFAULT_REDIS_VARIABLE) or DEFAULT_URL
+    if reachable(url):
+        return url
+    if not embedded_available():
+        _log.warning(
+            "steadyflow: no Redis answers at %s (install the embedded server with "
+            "pip install 'steadyflow[embedded]', or set %s)", url, STORE_VARIABLE
+        )  # fmt: skip
+        return url
+    _log.warning(
+        "steadyflow: no Redis answers at %s and %s is unset: using the embedded server "
+        "(embedded://, data in %s)", url, STORE_VARIABLE, _default_dir()
+    )  # fmt: skip
+    return "embedded://"
+
+
+def _default_dir() -> str:
+    from stores._embedded import data_dir
+
+    return str(data_dir(""))

@@ -15,6 +15,7 @@ from stores._decode import first_unreadable, show, strict_float, strict_int, unr
 from stores.protocol import (
     CheckpointKind,
     CorruptData,
+    FlowScope,
     Mailbox,
     NewRun,
     Refusal,
@@ -100,9 +101,11 @@ def run_fields(new: NewRun) -> list[str]:
     return fields
 
 
-def scope(flows: Sequence[str] | None, queues: Sequence[str] | None) -> list[str]:
-    """Claim arguments: the count of flow names (0: any flow), the names, the queues."""
-    names = list(flows or ())
+def scope(flows: Sequence[FlowScope] | None, queues: Sequence[str] | None) -> list[str]:
+    """Claim arguments: the count of flow scopes (0: any flow), the scopes, the
+    queues. A scope is a name (any version), or name, newline, version ('' for
+    an unversioned run): names and versions hold no control characters."""
+    names = [f if isinstance(f, str) else f"{f[0]}\n{f[1] or ''}" for f in flows or ()]
     return [str(len(names)), *names, *(queues or ())]
 
 

@@ -65,13 +65,19 @@ class Control(RedisBase):
         return refused(reply)
 
     async def resume(
-        self, run_id: str, discard_key: str | None, *, now: float = 0.0, event_data: str = ""
+        self,
+        run_id: str,
+        discard_key: str | None,
+        *,
+        now: float = 0.0,
+        event_data: str = "",
+        version: str | None = None,
     ) -> Refused | None:
         k = self.keys
         reply = await self._call(
             "resume",
             [k.run(run_id), k.journal(run_id)],
-            [k.base_of(run_id), run_id, discard_key or "", num(now), event_data],
+            [k.base_of(run_id), run_id, discard_key or "", num(now), event_data, version or ""],
         )
         return refused(reply)
 

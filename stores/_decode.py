@@ -104,6 +104,8 @@ def stored_run(run_id: str, h: dict[str, str], key: str = "") -> StoredRun:
             cancel_reason=_opt(h.get("cancel_reason")),
             cancel_deadline=_float(h.get("cancel_at")),
             schedule_id=_opt(h.get("schedule")),
+            lease_owner=_opt(h.get("lease_owner")),
+            lease_expires_at=_float(h.get("lease_exp")),
             retry=_opt(h.get("retry")),
             format_version=int(h.get("v", 1)),
             generation=int(h.get("gen") or 0),
@@ -152,7 +154,7 @@ def strict_int(text: str) -> int:
 
 
 _REQUIRED = ("flow", "status", "created_at", "queue", "priority", "args")
-_FLOATS = {"created_at", "started_at", "finished_at", "start_at"}
+_FLOATS = {"created_at", "started_at", "finished_at", "start_at", "lease_exp"}
 _INTS = {"priority", "fence", "recoveries", "cp_n", "resume_from_checkpoint_id", "v", "gen"}
 
 
@@ -224,6 +226,8 @@ def damaged_run(run_id: str, h: dict[str, str], key: str, what: str | None = Non
         start_at=fields.get("start_at"),
         cancel_reason=_opt(fields.get("cancel_reason")),
         schedule_id=_opt(fields.get("schedule")),
+        lease_owner=_opt(fields.get("lease_owner")),
+        lease_expires_at=fields.get("lease_exp"),
         retry=_opt(fields.get("retry")),
         format_version=fields.get("v", 1),
         generation=fields.get("gen", 0),
@@ -238,7 +242,7 @@ _FIELDS = (
     "environment", "versions", "policy_snapshot_id", "cp_n", "resume_from_checkpoint_id",
     "source_run_id", "source_checkpoint_id", "root_run_id", "retry", "v", "gen",
     "parent", "top", "pclose", "ckey", "start_at",
-    "schedule",
+    "schedule", "lease_owner", "lease_exp",
 )  # fmt: skip
 
 

@@ -22,6 +22,7 @@ __all__ = [
     "Delivery",
     "EventDelivered",
     "EventWatch",
+    "FlowScope",
     "IntentClaim",
     "Lineage",
     "Mailbox",
@@ -41,6 +42,11 @@ __all__ = [
     "WorkerBeat",
 ]
 
+
+#: What a worker serves, for `Store.claim` / `Store.poll` (``flows=``): a flow
+#: name (runs of that flow at any version), or a (name, version) pair (runs of
+#: that flow started at exactly that version; None: started unversioned).
+FlowScope = str | tuple[str, str | None]
 
 #: Priorities a run may have: -MAX_PRIORITY..MAX_PRIORITY (stores keep them
 #: exact in a queue score next to a 40-bit sequence number).
@@ -178,6 +184,8 @@ class StoredRun:
     cancel_reason: str | None = None  # a cancel request's reason (`Store.cancel` with grace)
     cancel_deadline: float | None = None  # ...and when its grace ends (then it is forced)
     schedule_id: str | None = None  # the schedule whose tick started the run (field schedule)
+    lease_owner: str | None = None  # the worker holding the run's lease, while one does
+    lease_expires_at: float | None = None  # ...and when that lease runs out unless renewed
     damage: str | None = None
     """What of the stored record could not be read ("<key>: <what>; ..."), None
     when all of it could: the fields it names hold their defaults here, and a

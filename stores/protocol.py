@@ -46,6 +46,7 @@ from stores._records import (
     Delivery,
     EventDelivered,
     EventWatch,
+    FlowScope,
     IntentClaim,
     Lineage,
     Mailbox,
@@ -86,6 +87,7 @@ __all__ = [
     "EventStore",
     "EventType",
     "EventWatch",
+    "FlowScope",
     "HistoryReads",
     "IntentClaim",
     "Lineage",
@@ -215,16 +217,17 @@ class Store(
         now: float,
         lease_ttl: float,
         *,
-        flows: Sequence[str] | None = None,
+        flows: Sequence[FlowScope] | None = None,
         limits: Sequence[QueueLimits] = (),
     ) -> list[Claim]:
         """Take up to `limit` ready runs, highest priority first, with their journals.
 
         Each claimed run moves to ``running`` with a new fencing token, leased
-        to `owner` until ``now + lease_ttl``. With `flows`, only runs of those
-        flows are taken; others stay queued for the workers that serve them (a
-        store may look only so deep into a queue for one: Redis looks at the
-        first 64). Not repeatable: a claim whose reply was lost holds its runs
+        to `owner` until ``now + lease_ttl``. With `flows` (`FlowScope`: a
+        name, or a name at one version), only runs of those flows (versions) are
+        taken; others stay queued for the workers that serve them (a store may
+        look only so deep into a queue for one: Redis looks at the first 64).
+        Not repeatable: a claim whose reply was lost holds its runs
         until their leases expire and `tick` recovers them.
 
         `limits` are the caller's declared queue limits (`QueueLimits`): a run
@@ -249,7 +252,7 @@ class Store(
         max_recoveries: int,
         recovery_error: str,
         *,
-        flows: Sequence[str] | None = None,
+        flows: Sequence[FlowScope] | None = None,
         limits: Sequence[QueueLimits] = (),
     ) -> tuple[list[Claim], TickResult]:
         """`tick` then `claim`, in one round trip per partition (a worker's loop).
@@ -487,12 +490,23 @@ class Store(
         ...
 
     async def resume(
-        self, run_id: str, discard_key: str | None, *, now: float = 0.0, event_data: str = ""
+        self,
+        run_id: str,
+        discard_key: str | None,
+        *,
+        now: float = 0.0,
+        event_data: str = "",
+        version: str | None = None,
     ) -> Refused | None:
         """Continue a failed, canceled or waiting run, dropping the record at
         `discard_key` (the failure that failed it): the run is queued again,
         and a canceled run's canceled intents are pending again.
-        `TRANSITION` from any other status (so also when repeated)."""
+        `TRANSITION` from any other status (so also when repeated).
+
+        With `version`, the run's ``flow_version`` becomes `version` too, and a
+        queued run no activation holds (``pending``, or ``replaying`` after its
+        lease expired) is accepted as well: it keeps its status and its queue
+        position, and workers serving `version` may claim it."""
         ...
 
     async def delete(self, run_id: str, now: float, *, event_data: str = "") -> Refused | None:

@@ -38,6 +38,7 @@ from stores.protocol import (
     CorruptData,
     EventType,
     EventWatch,
+    FlowScope,
     Mailbox,
     NewIntent,
     NewRun,
@@ -229,7 +230,7 @@ class RedisStore(Reads, Control, Outbox, Workers, Events, Schedules, Children, Q
         now: float,
         lease_ttl: float,
         *,
-        flows: Sequence[str] | None = None,
+        flows: Sequence[FlowScope] | None = None,
         limits: Sequence[QueueLimits] = (),
     ) -> list[Claim]:
         claims: list[Claim] = []
@@ -260,7 +261,7 @@ class RedisStore(Reads, Control, Outbox, Workers, Events, Schedules, Children, Q
         max_recoveries: int,
         recovery_error: str,
         *,
-        flows: Sequence[str] | None = None,
+        flows: Sequence[FlowScope] | None = None,
         limits: Sequence[QueueLimits] = (),
     ) -> tuple[list[Claim], TickResult]:
         claims: list[Claim] = []

@@ -1,11 +1,13 @@
 """`check_crash_everywhere`: prove that a flow survives a crash at every point.
 
 One clean run enumerates the intercept points (an interceptor notes each one
-as it is reached); then, for each point, a run from scratch on a fresh
-``memory://`` env crashes there once (`FlowTestEnv.crash_at`), recovers when
+as it is reached); then, for each point, a run from scratch on a fresh env
+over an emptied ``memory://`` store crashes there once (`FlowTestEnv.crash_at`), recovers when
 the fake clock passes its lease, is driven to the end, and is compared with
-the clean run: the same outcome, and no step run again unless the crash cut
-it off before its result was recorded.
+the clean run: the same outcome, no step run again unless the crash cut it off
+before its result was recorded, the same outbox intents recorded, and each
+delivered as often as in the clean run, or once more if the crash cut off its
+delivery after the handler ran.
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ from sdk._intercept import Interceptor
 from sdk._journal import Kind, State
 from sdk._registry import Registry
 from sdk._types import ErrorInfo, RunStatus
+from sdk.errors import RunNotFound
+from stores import _fakelua
+from stores.redis import RedisStore
 from testing._clock import FakeClock
 from testing._env import FlowTestEnv
 
@@ -37,12 +42,25 @@ _LEASE_TTL = 30.0
 class CrashPoint:
     """Where a crash is injected: ``"before"`` or ``"after"`` the call with `key`.
 
-    Steps have both (``"after"``: the body ran, its result is not recorded;
-    that covers the outbox intents the step emitted, which are recorded with
-    its result). Waits and sleeps have both too: ``"before"``, the flow
-    reached them and nothing of them was written yet; ``"after"``, their
-    outcome (the signal taken, the timer fired) is recorded and the flow was
-    not given it. Child starts have ``"before"``.
+    - A step (``"charge#1"``): ``"before"`` its body runs; ``"after"``, the
+      body ran and its result (with the intents it emitted) is not recorded.
+    - A wait or a sleep (``"~wait:approval#1"``, ``"~sleep#1"``): ``"before"``,
+      the flow reached it and nothing of it was written yet; ``"after"``, its
+      outcome (the signal taken, the timer fired) is recorded and the flow
+      was not given it.
+    - A child start (``"~child:..."``): ``"before"``, nothing of it is
+      written; ``"after"``, the child run exists (it may already be running)
+      and the parent's journal does not record its start: the parent starts
+      it again and must find the same run. (A crash after that record is the
+      crash before the flow's next call.)
+    - An outbox emit (``"~emit:" + idempotency key``): ``"before"`` and
+      ``"after"`` the step's `sdk.emit` call: the step was cut off mid-body,
+      before or after keeping the intent; either way the intent is dropped
+      and the step emits it again, with the same key.
+    - An intent's delivery (``"~deliver:" + idempotency key``): ``"before"``
+      the handler is called (the intent is claimed, its delivery counted);
+      ``"after"`` it returned and the intent is not marked sent yet, so it is
+      delivered again, with the same idempotency key.
     """
 
     key: str
@@ -64,11 +82,15 @@ class CrashReport:
         reexecutions: step key -> how many crashed runs ran that step once
             more than the clean run (a crash cut it off before its result was
             recorded); steps never run again are absent.
+        redeliveries: intent idempotency key -> how many crashed runs called
+            its handler once more than the clean run (a crash after the
+            handler returned, before the intent was marked sent).
     """
 
     points: tuple[CrashPoint, ...]
     outcome: tuple[RunStatus, Any, ErrorInfo | None]
     reexecutions: dict[str, int]
+    redeliveries: dict[str, int] = attrs.field(factory=dict)
 
     @property
     def tried(self) -> int:
@@ -85,16 +107,25 @@ async def check_crash_everywhere(
 ) -> CrashReport:
     """Run `flow` once clean, then once per intercept point with a crash there.
 
-    Each run starts from scratch on a fresh ``memory://`` `FlowTestEnv` whose
-    fake clock starts at the same instant. The points are before and after
-    each step, wait and sleep, and before each child start, as the clean run
-    reached them. A crashed run recovers the way a dead worker's run does: its
-    lease expires (the clock moves past it) and a fresh activation replays
-    the journal. Then it must end as the clean run did (status, result,
-    error), and each step must have run as often as in the clean run, or once
-    more when the crash cut it off before its result was recorded (at-least-
-    once, with the same `current_step().idempotency_key`): a step recorded as
-    completed never runs again.
+    Each run starts from scratch: a fresh `FlowTestEnv` on an empty
+    ``memory://`` store, its fake clock at the same instant. The points (see `CrashPoint`) are
+    before and after each step, wait, sleep, child start, outbox emit and
+    intent delivery, as the clean run reached them. A crashed run recovers the
+    way a dead worker's run (or delivery) does: its lease expires (the clock
+    moves past it) and a fresh activation replays the journal. Then it must
+    end as the clean run did (status, result, error), and:
+
+    - each step ran as often as in the clean run, or once more when the crash
+      cut it off before its result was recorded (at-least-once, with the same
+      `current_step().idempotency_key`): a step recorded as completed never
+      runs again;
+    - every run recorded the same outbox intents as in the clean run (same
+      idempotency keys, channels, payloads and final status): exactly once
+      recorded;
+    - each intent's handler was called as often as in the clean run, or once
+      more for the intent whose delivery the crash cut off after its handler
+      returned (at-least-once delivery; the intent's idempotency key is the
+      same on every delivery).
 
     Args:
         flow: the ``@flow`` function, or its registered name.
@@ -112,8 +143,9 @@ async def check_crash_everywhere(
 
     Raises:
         AssertionError: naming the first point where the crashed run differs
-            (another outcome, a completed step run again, a run that does not
-            finish), or when the clean run itself does not finish.
+            (another outcome, a completed step run again, other intents, an
+            extra delivery, a run that does not finish), or when the clean run
+            itself does not finish.
 
     Example (an async test: awaiting it is the whole test)::
 
@@ -121,11 +153,23 @@ async def check_crash_everywhere(
             report = await check_crash_everywhere(checkout, order, drive=approve)
             assert report.tried > 0
     """
-    start = datetime.now(UTC).replace(microsecond=0)
-    clean = await _trial(flow, args, kwargs, drive, registry, start, None)
+    with _Shared(datetime.now(UTC).replace(microsecond=0)) as shared:
+        return await _check(shared, flow, args, kwargs, drive, registry)
+
+
+async def _check(
+    shared: _Shared,
+    flow: Callable[..., Any] | str,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    drive: Drive | None,
+    registry: Registry | None,
+) -> CrashReport:
+    clean = await _trial(shared, flow, args, kwargs, drive, registry, None)
     reexecutions: Counter[str] = Counter()
+    redeliveries: Counter[str] = Counter()
     for point in clean.probe.points:
-        crashed = await _trial(flow, args, kwargs, drive, registry, start, point)
+        crashed = await _trial(shared, flow, args, kwargs, drive, registry, point)
         if crashed.probe.crashed is None:
             raise AssertionError(
                 f"crash {point}: the run never reached that point again; the flow does "
@@ -138,13 +182,27 @@ async def check_crash_everywhere(
             )
         for (_run, key), again in _extra_runs(clean.probe, crashed.probe, point).items():
             reexecutions[key] += again
-    return CrashReport(tuple(clean.probe.points), clean.outcome, dict(reexecutions))
+        if crashed.intents != clean.intents:
+            raise AssertionError(
+                f"crash {point}: the outbox intents differ from the run without a crash:\n"
+                f"  without: {clean.intents!r}\n  with:    {crashed.intents!r}"
+            )
+        for key in _extra_deliveries(clean.probe, crashed.probe, point):
+            redeliveries[key] += 1
+    return CrashReport(
+        tuple(clean.probe.points), clean.outcome, dict(reexecutions), dict(redeliveries)
+    )
+
+
+#: what is compared of an intent: (idempotency key, channel, payload, status, step key)
+_IntentView = tuple[str, str, Any, str, str]
 
 
 @attrs.define
 class _Trial:
     probe: _Probe
     outcome: tuple[RunStatus, Any, ErrorInfo | None]
+    intents: dict[str, list[_IntentView]]  # run id -> its intents, in recorded order
 
 
 class _Probe(Interceptor):
@@ -154,6 +212,8 @@ class _Probe(Interceptor):
         self.points: list[CrashPoint] = []
         self._seen: set[CrashPoint] = set()
         self.runs: Counter[tuple[str, str]] = Counter()  # (run id, step key) -> bodies run
+        self.deliveries: Counter[str] = Counter()  # "~deliver:" point key -> handlers called
+        self.run_ids: set[str] = set()
         self.crashed: CrashPoint | None = None
         self.crash_run: str | None = None
         self.ran_before_crash: frozenset[tuple[str, str]] = frozenset()
@@ -170,12 +230,16 @@ class _Probe(Interceptor):
     def step_started(self, run_id: str, key: str, attempt: int) -> None:
         self._reached(key, "before")
         self.runs[run_id, key] += 1
+        self.run_ids.add(run_id)
 
     def step_finished(self, run_id: str, key: str, attempt: int) -> None:
         self._reached(key, "after")
 
     def call_started(self, run_id: str, key: str, kind: str) -> None:
         self._reached(key, "before")
+        self.run_ids.add(run_id)
+        if kind == "deliver":
+            self.deliveries[key] += 1
 
     def call_finished(self, run_id: str, key: str, kind: str) -> None:
         self._reached(key, "after")
@@ -194,18 +258,75 @@ class _Probe(Interceptor):
             )
 
 
+class _Shared:
+    """What the runs of one check share, each starting as if from scratch.
+
+    - One fakeredis server, emptied (``FLUSHALL``) before each run. What a
+      flush leaves is what a new ``memory://`` server would have after
+      loading the store's scripts: the script cache, and a Lua state whose
+      globals fakeredis checks after every script (`stores._fakelua`); each
+      run's store and connections are new. So the scripts are compiled once
+      per check, not once per run.
+    - One freezegun freeze (starting one patches every loaded module, ~5 ms):
+      each run's `FakeClock` is new, at the same start, and moves it.
+    """
+
+    def __init__(self, start: datetime) -> None:
+        self.start = start
+        self.server = _fakelua.fake_server()
+        self._host = FakeClock(start)
+
+    def __enter__(self) -> _Shared:
+        self._host.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._host.stop()
+
+    def clock(self) -> FakeClock:
+        """A clock at the start, driving the check's freeze (it is started: the env
+        leaves it running)."""
+        clock = FakeClock(self.start)
+        clock._freezer, clock._factory = self._host._freezer, self._host._factory
+        clock._factory.move_to(self.start)
+        return clock
+
+    async def store(self) -> RedisStore:
+        """An empty store on the check's server."""
+        store = _fakelua.memory_store(self.server)
+        await store.client.flushall()
+        return store
+
+
 async def _trial(
+    shared: _Shared,
     flow: Callable[..., Any] | str,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     drive: Drive | None,
     registry: Registry | None,
-    start: datetime,
+    point: CrashPoint | None,
+) -> _Trial:
+    store = await shared.store()
+    try:
+        return await _run(shared, store, flow, args, kwargs, drive, registry, point)
+    finally:
+        await store.close()
+
+
+async def _run(
+    shared: _Shared,
+    store: RedisStore,
+    flow: Callable[..., Any] | str,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    drive: Drive | None,
+    registry: Registry | None,
     point: CrashPoint | None,
 ) -> _Trial:
     probe = _Probe()
     what = "the run without a crash" if point is None else f"crash {point}"
-    env = _Env(probe, FakeClock(start), registry=registry, lease_ttl=_LEASE_TTL)
+    env = _Env(probe, shared.clock(), store, registry=registry, lease_ttl=_LEASE_TTL)
     async with env:
         if point is not None:
             env.crash_at(point.key, point.when)
@@ -224,7 +345,16 @@ async def _trial(
         if not record.status.is_terminal:
             hint = "" if drive is not None else " (give a `drive` that sends what it waits for)"
             raise AssertionError(f"{what}: the run did not finish: it is {record.status}{hint}")
-        return _Trial(probe, (record.status, record.result, record.error))
+        intents = {run_id: await _intents(env, run_id) for run_id in sorted(probe.run_ids)}
+        return _Trial(probe, (record.status, record.result, record.error), intents)
+
+
+async def _intents(env: FlowTestEnv, run_id: str) -> list[_IntentView]:
+    try:
+        found = await env.client.intents(run_id)
+    except RunNotFound:  # deleted on success: its intents went with it
+        return []
+    return [(i.idempotency_key, i.channel, i.payload, i.status.value, i.step_key) for i in found]
 
 
 class _Env(FlowTestEnv):
@@ -237,6 +367,12 @@ class _Env(FlowTestEnv):
         self._interceptors.append(probe)  # after the crash interceptor
         self._crashes.on_fire = probe.crash
         self.recovered = False
+
+    async def __aenter__(self) -> _Env:
+        await super().__aenter__()
+        # deliveries are intercept points too (the worker's dispatcher runs them)
+        self.worker.dispatcher.interceptors = self._interceptors
+        return self
 
     async def run_until_idle(self) -> None:
         await super().run_until_idle()
@@ -272,6 +408,27 @@ def _extra_runs(clean: _Probe, crashed: _Probe, point: CrashPoint) -> dict[tuple
                 f"time(s), {clean.runs[run_key]} without a crash; {why}"
             )
         extra[run_key] = again
+    return extra
+
+
+def _extra_deliveries(clean: _Probe, crashed: _Probe, point: CrashPoint) -> list[str]:
+    """The intents delivered once more than in the clean run, checked against
+    at-least-once: only the one whose delivery the crash cut off after its
+    handler returned (so it was not marked sent) may be."""
+    extra: list[str] = []
+    for key in clean.deliveries.keys() | crashed.deliveries.keys():
+        again = crashed.deliveries[key] - clean.deliveries[key]
+        if again == 0:
+            continue
+        cut_off = crashed.crashed == CrashPoint(key, "after")
+        if again != 1 or not cut_off:
+            why = "no crash cut its delivery off" if again > 0 else "it was delivered less often"
+            raise AssertionError(
+                f"crash {point}: intent {key.removeprefix('~deliver:')!r} was delivered "
+                f"{crashed.deliveries[key]} time(s), {clean.deliveries[key]} without a crash; "
+                f"{why if again < 2 or not cut_off else 'more than once again'}"
+            )
+        extra.append(key.removeprefix("~deliver:"))
     return extra
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any, Literal
 
@@ -40,6 +40,8 @@ class FlowTestEnv:
     ``@flow`` and ``@channel`` register); give an env a `Registry` of its own to
     isolate a test from the other definitions of the process. `converter` is
     the `sdk.Serializer` (or cattrs converter) of the env's client and worker.
+    `interceptors` go to both too (e.g. ``sdk.otel.OtelInterceptor``), after the
+    env's own crash points and timings.
 
     Example::
 
@@ -73,6 +75,7 @@ class FlowTestEnv:
         channels: list[Callable[..., Any] | str] | None = None,
         registry: Registry | None = None,
         converter: Serializer | cattrs.Converter | None = None,
+        interceptors: Sequence[Interceptor] = (),
     ) -> None:
         self.clock = clock or FakeClock()
         self.registry = registry
@@ -88,7 +91,10 @@ class FlowTestEnv:
         self._worker: Worker | None = None
         self._crashes = CrashPoints()
         self._timings = Timings(self.clock)
-        self._interceptors: list[Interceptor] = [self._crashes, self._timings]
+        # the test kit's own first: a crash point stops the activation before a
+        # user interceptor (tracing, say) sees the call
+        self._interceptors: list[Interceptor] = [self._crashes, self._timings, *interceptors]
+        self._client_interceptors = list(interceptors)
         self._stubs: dict[str, Callable[..., Any]] = {}  # step name -> stand-in body
         self._pass: asyncio.Future[None] | None = None  # the run_until_idle under way
 
@@ -101,8 +107,9 @@ class FlowTestEnv:
             self.clock.start()
             self._started_clock = True
         self._client = Client(
-            self._store, clock=self.clock, registry=self.registry, converter=self.serializer
-        )
+            self._store, clock=self.clock, registry=self.registry, converter=self.serializer,
+            interceptors=self._client_interceptors,
+        )  # fmt: skip
         # Every retry backoff becomes a durable timer, driven by advance().
         self._worker = Worker(
             self._store,

@@ -15,3 +15,9 @@ async def test_the_patching_example_runs_the_whole_lifecycle() -> None:
     namespace: dict[str, Any] = {"__name__": "docs_changing_patching"}
     exec(compile(section_code(PAGE, "Patching"), str(PAGE), "exec"), namespace)
     await namespace["main"]()
+
+
+async def test_the_version_routing_example_serves_each_run_on_its_version() -> None:
+    namespace: dict[str, Any] = {"__name__": "docs_changing_routing"}
+    exec(compile(section_code(PAGE, "Version routing"), str(PAGE), "exec"), namespace)
+    await namespace["main"]()

@@ -373,3 +373,38 @@ async def test_positional_and_keyword_starts_of_the_same_call_are_one_run() -> N
         assert first.run_id == second.run_id == third.run_id
         with pytest.raises(IdempotencyConflict):
             await env.start(two_params, 2, b=1, run_id="same-call")
+
+
+LEASE_GATE: dict[str, asyncio.Event] = {}
+
+
+@step
+async def held_until_released() -> None:
+    LEASE_GATE["entered"].set()
+    await LEASE_GATE["release"].wait()
+
+
+@flow(name="tests.client.leased")
+async def leased() -> None:
+    await held_until_released()
+    await wait_for("done")
+
+
+async def test_the_record_names_the_worker_holding_the_lease_while_it_executes(
+    store: RedisStore,
+) -> None:
+    LEASE_GATE.update(entered=asyncio.Event(), release=asyncio.Event())
+    async with FlowTestEnv(store=store) as env:
+        handle = await env.start(leased)
+        busy = asyncio.create_task(env.run_until_idle())
+        await LEASE_GATE["entered"].wait()
+        executing = await env.client.get(handle.run_id)
+        assert executing.lease_owner == env.worker.owner == "flow-test-env"
+        assert executing.lease_expires_at == env.clock.now() + timedelta(
+            seconds=env.worker.lease_ttl
+        )
+        LEASE_GATE["release"].set()
+        await busy
+        parked = await env.client.get(handle.run_id)
+        assert parked.status is RunStatus.WAITING_FOR_SIGNAL
+        assert (parked.lease_owner, parked.lease_expires_at) == (None, None)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from stores import open_store
+from tests.conftest import need_real_redis
 
 
 @pytest.fixture(name="no_config")
@@ -17,7 +18,10 @@ def no_config_fixture(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
 async def test_open_store_defaults_to_local_redis_and_prefix_sf(
     no_config: pytest.MonkeyPatch,
 ) -> None:
-    store = open_store()  # connects lazily: nothing is sent until the first command
+    # the local Redis answers (it is part of the suite): it is the default; with
+    # none there the embedded server is (tests/test_embedded.py)
+    need_real_redis()
+    store = open_store()
     try:
         assert store.describe() == {
             "store": "redis://127.0.0.1:6379/0",

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
+from examples import agent as agent_example
 from examples import checkout as checkout_example
+from examples.agent import agent
 from examples.checkout import Order, Receipt, checkout, gateway
 from examples.hello import hello
 from examples.orders import Line, OrderOutcome, on_payment_webhook, order, warehouse
-from sdk import RunStatus, flow, sleep, step, wait_for
+from sdk import Intent, RunStatus, channel, emit, flow, now, sleep, step, wait_for
 from testing import CrashPoint, FlowTestEnv, check_crash_everywhere
-from testing._crashcheck import _extra_runs, _Probe
+from testing._crashcheck import _extra_deliveries, _extra_runs, _Probe, _Shared
 
 STOCK = {"apple": 10, "pear": 5, "plum": 0}
 
@@ -66,6 +69,16 @@ async def pay(env: FlowTestEnv, run_id: str) -> None:
     await env.run_until_idle()
 
 
+async def test_the_agent_survives_a_crash_at_every_turn_and_tool_call() -> None:
+    agent_example.executions.clear()
+    report = await check_crash_everywhere(agent, "How much taller is Everest than K2, in feet?")
+    assert report.outcome == (RunStatus.COMPLETED, "The answer is 781.", None)
+    keys = {point.key for point in report.points}
+    assert {"model#5", "tool:search#2", "tool:calculator#2"} <= keys
+    # each turn or tool call ran once more only in the runs cut off after its body
+    assert report.reexecutions == dict.fromkeys(sorted(keys), 1)
+
+
 async def test_orders_survive_a_crash_at_every_point_including_child_starts() -> None:
     lines = [Line("apple", 2), Line("pear", 1)]
     report = await check_crash_everywhere(order, "A-1", lines, drive=pay)
@@ -76,7 +89,16 @@ async def test_orders_survive_a_crash_at_every_point_including_child_starts() ->
     )
     kinds = {point.key.split("#")[0] for point in report.points}
     assert {"reserve", "ship"} <= kinds
-    assert any(point.key.startswith("~child") for point in report.points), report.points
+    children = {point.key for point in report.points if point.key.startswith("~child")}
+    assert children, report.points
+    # after each child start: the child run exists, the parent has not recorded it
+    for key in children:
+        assert CrashPoint(key, "before") in report.points
+        assert CrashPoint(key, "after") in report.points
+    # each child's end reaches its parent through the outbox: a delivery cut off
+    # after the parent's mailbox got it is delivered again, and counted once
+    assert any(point.key.startswith("~deliver:") for point in report.points), report.points
+    assert set(report.redeliveries.values()) == {1}
     assert warehouse.stock == {"apple": 8, "pear": 4, "plum": 0}  # held once, every time
 
 
@@ -85,6 +107,7 @@ async def add(total: int, n: int) -> int:
     return total + n
 
 
+# the yardstick of bench/crash_check.py (issue 11), under this module's names
 @flow(name="tests.crash_everywhere.twenty")
 async def twenty_steps() -> int:
     total = 0
@@ -108,6 +131,87 @@ async def test_a_twenty_step_flow_with_a_signal_and_a_sleep_is_checked_at_every_
     assert report.outcome == (RunStatus.COMPLETED, sum(range(20)) + 1000, None)
     assert report.tried == 22 * 2  # before and after each step, the wait and the sleep
     assert report.reexecutions == {f"add#{n}": 1 for n in range(1, 21)}
+
+
+MAIL = "tests.crash_everywhere.mail"
+mailbox: list[tuple[str, Any]] = []  # (idempotency key, payload) per handler call
+
+
+@channel(MAIL)
+async def mail(intent: Intent) -> None:
+    mailbox.append((intent.idempotency_key, intent.payload))
+
+
+@step
+async def confirm(order_id: str) -> str:
+    emit(MAIL, {"order": order_id, "template": "confirmed"})
+    emit(MAIL, {"order": order_id, "template": "receipt"}, key=f"receipt-{order_id}")
+    return order_id
+
+
+@flow(name="tests.crash_everywhere.mailing")
+async def mailing(order_id: str) -> str:
+    return await confirm(order_id)
+
+
+async def test_outbox_emits_and_deliveries_survive_a_crash_at_every_point() -> None:
+    mailbox.clear()
+    report = await check_crash_everywhere(mailing, "A-1")
+    confirmed, receipt = "crash-check:confirm#1:1", "crash-check:receipt-A-1"
+    for key in (confirmed, receipt):
+        for when in ("before", "after"):
+            assert CrashPoint(f"~emit:{key}", when) in report.points
+            assert CrashPoint(f"~deliver:{key}", when) in report.points
+    assert report.tried == 2 + 4 + 4  # the step, its two emits, their two deliveries
+    # cut off after its body, or mid-body before or after either emit: run once more
+    assert report.reexecutions == {"confirm#1": 5}
+    # a delivery cut off after its handler returned is delivered once more, same key
+    assert report.redeliveries == {confirmed: 1, receipt: 1}
+    runs = 1 + report.tried
+    assert len(mailbox) == 2 * runs + 2
+    # a receiver that deduplicates on the idempotency key sent each mail once per run
+    assert {key for key, _ in mailbox} == {confirmed, receipt}
+    assert {key: payload["template"] for key, payload in mailbox} == {
+        confirmed: "confirmed",
+        receipt: "receipt",
+    }
+
+
+emits = {"n": 0}
+
+
+@step
+async def announce_draw() -> None:
+    emits["n"] += 1  # not deterministic: a re-run emits another payload under the same key
+    emit(MAIL, {"ticket": emits["n"]})
+
+
+@flow(name="tests.crash_everywhere.draw")
+async def draw() -> None:
+    await announce_draw()
+
+
+async def test_an_emit_whose_payload_changes_when_its_step_runs_again_is_reported() -> None:
+    emits["n"] = 0
+    with pytest.raises(AssertionError, match=r"crash before 'announce_draw#1': the outbox intents"):
+        await check_crash_everywhere(draw)
+
+
+@flow(name="tests.crash_everywhere.stamped")
+async def stamped() -> str:
+    started = await now()  # journaled before the first point: every run reads its clock
+    await add(0, 1)
+    await sleep(60)
+    return started.isoformat()
+
+
+async def test_every_run_of_the_check_starts_at_the_same_instant_on_an_empty_store() -> None:
+    # the runs share one fakeredis server, emptied between runs: a store that
+    # kept the last run (the same run id) would never reach the crash point;
+    # each run's clock starts at the check's start, so `now()` reads the same
+    report = await check_crash_everywhere(stamped, drive=lambda env, _: env.advance(60))
+    assert report.tried == 4
+    assert report.outcome[0] is RunStatus.COMPLETED
 
 
 calls = {"n": 0}
@@ -178,3 +282,41 @@ def test_a_step_run_twice_more_is_reported() -> None:
     crashed = probe_of({"b#1": 3}, crash_run=RUN, ran=("b#1",))
     with pytest.raises(AssertionError, match=r"step 'b#1' of run 'crash-check' ran 3 time"):
         _extra_runs(clean, crashed, POINT)
+
+
+def test_a_delivery_cut_off_after_its_handler_may_run_once_more() -> None:
+    clean, crashed = _Probe(), _Probe()
+    clean.deliveries["~deliver:k"] = 1
+    crashed.deliveries["~deliver:k"] = 2
+    crashed.crashed = CrashPoint("~deliver:k", "after")
+    assert _extra_deliveries(clean, crashed, crashed.crashed) == ["k"]
+
+
+def test_a_delivery_made_again_without_a_crash_cutting_it_off_is_reported() -> None:
+    clean, crashed = _Probe(), _Probe()
+    clean.deliveries.update({"~deliver:k": 1, "~deliver:j": 1})
+    crashed.deliveries.update({"~deliver:k": 1, "~deliver:j": 2})
+    crashed.crashed = CrashPoint("~deliver:k", "after")
+    with pytest.raises(AssertionError, match=r"intent 'j' was delivered 2 time\(s\), 1 without"):
+        _extra_deliveries(clean, crashed, crashed.crashed)
+
+
+def test_a_delivery_lost_after_a_crash_is_reported() -> None:
+    clean, crashed = _Probe(), _Probe()
+    clean.deliveries["~deliver:k"] = 1
+    crashed.crashed = CrashPoint("~deliver:k", "before")
+    with pytest.raises(AssertionError, match=r"intent 'k' was delivered 0 time\(s\)"):
+        _extra_deliveries(clean, crashed, crashed.crashed)
+
+
+def test_each_run_of_the_check_gets_a_clock_at_the_start_that_the_wall_clock_follows() -> None:
+    start = datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)
+    with _Shared(start) as shared:
+        first = shared.clock()
+        first.advance(3600)
+        assert datetime.now(UTC) == start + timedelta(hours=1)
+        second = shared.clock()
+        assert second.now() == start and datetime.now(UTC) == start
+        second.advance(5)
+        assert datetime.now(UTC) == start + timedelta(seconds=5)
+    assert datetime.now(UTC).year != 2030  # the check's freeze ends with it

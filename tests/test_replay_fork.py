@@ -8,6 +8,7 @@ carry the execution count, so a reused result and a re-executed one differ.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import os
@@ -34,6 +35,7 @@ from sdk import (
     uuid4,
     wait_for,
 )
+from sdk._registry import Registry, flow_def_of
 from sdk._types import RunOptions, Versions
 from sdk.errors import (
     Forbidden,
@@ -747,7 +749,18 @@ async def test_a_replay_of_a_flow_with_retention_is_deleted_when_its_time_is_up(
 
 
 async def test_fork_takes_the_new_options_and_records_them() -> None:
-    async with FlowTestEnv() as env:
+    # the fork moves onto version "2" of the flow: a worker must serve it there
+    registry = Registry(order)
+    definition = flow_def_of(order)
+    assert definition is not None
+
+    @functools.wraps(definition.fn)
+    async def order_v2(*args: Any, **kwargs: Any) -> Any:
+        return await definition.fn(*args, **kwargs)
+
+    order_v2.__qualname__ = "order_v2"  # another definition, not `order` reloaded
+    flow(name=definition.name, version="2", registry=registry)(order_v2)
+    async with FlowTestEnv(registry=registry) as env:
         opts = RunOptions(
             thread_id="case-1", environment="production",
             versions=Versions(capabilities=("pay",)), policy_snapshot_id="p-1",

@@ -8,10 +8,15 @@ whose defaults are ``$STEADYFLOW_STORE`` and ``$STEADYFLOW_PREFIX``.
 A package of its own that ``sdk/__init__.py`` never imports: ``import sdk``
 does not pay for click, and ``python -m sdk.worker`` (the worker command under
 its older name) is not imported twice (a module that runs with ``-m`` and is
-also imported by ``sdk`` would be loaded twice, its flows registered twice). A
-package rather than one ``_cli.py`` because the operator commands to come
-(``runs``, ``signal``, ``approve``, ``cancel``, ``replay``, ``serve``...) each
-get a module.
+also imported by ``sdk`` would be loaded twice, its flows registered twice).
+
+Modules: ``_worker`` (``worker``), ``_runs`` (``runs list|show|timeline|events``),
+``_actions`` (the privileged ``signal``, ``approve``, ``deny``, ``cancel``,
+``resume``, ``replay``, ``fork``, ``delete``), ``_inspect`` (``export``,
+``queues``, ``workers``), ``_schedules`` (``schedules ...``), ``_serve``
+(``serve``, the HTTP API); ``_client`` (how a command reaches `sdk.Client`:
+actor, authorizer, errors as exit codes) and ``_render`` (JSON, tables, trees).
+The operator commands need no flow code (docs/operations.md#command-line).
 """
 
 from __future__ import annotations
@@ -19,7 +24,11 @@ from __future__ import annotations
 import click
 
 from sdk import __version__
+from sdk.cli import _actions, _inspect
 from sdk.cli._options import CONTEXT_SETTINGS, EXIT_CODES
+from sdk.cli._runs import runs
+from sdk.cli._schedules import schedules
+from sdk.cli._serve import serve
 from sdk.cli._worker import worker
 
 __all__ = ["cli", "main"]
@@ -32,6 +41,11 @@ def cli() -> None:
 
 
 cli.add_command(worker)
+cli.add_command(runs)
+for _command in (*_actions.COMMANDS, *_inspect.COMMANDS):
+    cli.add_command(_command)
+cli.add_command(schedules)
+cli.add_command(serve)
 
 
 def main() -> None:

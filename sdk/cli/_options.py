@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import functools
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -22,11 +23,30 @@ T = TypeVar("T")
 
 CONTEXT_SETTINGS: dict[str, Any] = {"help_option_names": ["-h", "--help"]}
 
-# \b keeps click from re-wrapping the list. docs/operations.md#command-line says the same.
+
+class ExitCode(enum.IntEnum):
+    """What the ``steadyflow`` process exits with; scripts can rely on these."""
+
+    OK = 0
+    FAILED = 1  # an error at run time (a flow module that does not import, damaged data...)
+    USAGE = 2  # unknown command or option, invalid value (click's own code for usage errors)
+    NOT_FOUND = 3  # no run (or schedule) with that id
+    REFUSED = 4  # the run's status does not allow it (ended, not waiting for that approval...)
+    FORBIDDEN = 5  # the authorizer refused the actor (audited as auth.denied)
+    UNAVAILABLE = 6  # the store did not answer (connection refused, timeout): try again
+    INTERRUPTED = 130  # Ctrl-C (SIGINT), e.g. to stop `runs events --follow`
+
+
+# \b keeps click from re-wrapping the list. docs/operations.md#exit-codes says the same.
 EXIT_CODES = """\b
 Exit codes: 0 done (a worker: stopped by SIGTERM or SIGINT);
 1 failed (a flow module that does not import, an error at run time);
-2 bad usage (unknown command or option, invalid value)."""
+2 bad usage (unknown command or option, invalid value);
+3 not found (no run or schedule with that id);
+4 refused (the run's status does not allow it: ended, not waiting...);
+5 forbidden (the authorizer refused the actor);
+6 store unavailable (Redis did not answer);
+130 interrupted (Ctrl-C)."""
 
 
 @attrs.frozen
@@ -50,8 +70,9 @@ class StoreOptions:
 _STORE_OPTIONS = (
     click.option(
         "--store", "store_url", metavar="URL", default=None,
-        help=f"Store: redis://, rediss:// or memory://. "
-        f"[default: ${STORE_VARIABLE}, else {DEFAULT_URL}]",
+        help=f"Store: redis://, rediss://, unix://, embedded://[DIR] or memory://. "
+        f"[default: ${STORE_VARIABLE}, else {DEFAULT_URL} if a Redis answers there, "
+        "else the embedded server]",
     ),
     click.option(
         "--prefix", metavar="P", default=None,

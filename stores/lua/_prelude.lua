@@ -754,8 +754,8 @@ local function maintain(now, limit, max_recoveries, recovery_error)
   return fired + timed_out + forced, recovered, nt[2] or '', nl[2] or '', repaired, damage
 end
 
--- The first ready run of queue `q` this worker may take: of a flow in
--- `served` (nil: any flow), within the first 64; other flows' runs stay
+-- The first ready run of queue `q` this worker may take: of a flow (version)
+-- in `served` (nil: any flow), within the first 64; other flows' runs stay
 -- queued for the workers that serve them. `lim` (nil: no limit) is the queue's
 -- limits as the caller declares them (see scope_args): a run starts only with
 -- a free slot of the queue (c), of this worker (w), of its concurrency key (k;
@@ -792,10 +792,13 @@ local function head(q, served, lim, now)
   for i = 1, #r, 2 do
     local ok = true
     if served then
-      local flow = redis.pcall('HGET', rk(r[i]), 'flow')
+      local fv = redis.pcall('HMGET', rk(r[i]), 'flow', 'flow_version')
       -- a vanished run (no flow) or a record that is not a hash (an error) is
-      -- taken too, so that it is dropped or reported below
-      ok = type(flow) ~= 'string' or served[flow]
+      -- taken too, so that it is dropped or reported below; else its flow at
+      -- any version, or at the version it started on (see scope_args)
+      local flow = fv[1]
+      ok = fv.err ~= nil or type(flow) ~= 'string' or served[flow]
+        or served[flow .. '\n' .. (fv[2] or '')]
     end
     if ok and keyed then
       local ck = redis.pcall('HGET', rk(r[i]), 'ckey')
@@ -938,7 +941,9 @@ end
 
 -- ARGV from `from` on: m, m queue limits (name, concurrency, this worker's
 -- room, key concurrency, rate interval in seconds; '' for none), n, n flow
--- names (n = 0: any flow), then queue names (none: every queue). Returns
+-- scopes (n = 0: any flow; a scope is a flow name, any version, or a name, a
+-- newline and a version: '' for runs started unversioned), then queue names
+-- (none: every queue). Returns
 -- queues, every, served (a set, or nil), limits (queue -> {c, w, k, t}); nil
 -- and what is wrong for an argument that is not a number.
 local function scope_args(from)

@@ -16,7 +16,9 @@ local out, room, capped = take(ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]), que
 if room ~= '' and (nt == '' or tonumber(room) < tonumber(nt)) then nt = room end
 local sched = ''
 if served and string.sub(P, -5) == '{p0}:' then
-  for name in pairs(served) do
+  local names = {}  -- a scope is a name, or a name, a newline and a version
+  for scope in pairs(served) do names[string.match(scope, '^[^\n]*')] = true end
+  for name in pairs(names) do
     local first = redis.call('ZRANGE', P .. K.sched_due .. name, 0, 0, 'WITHSCORES')
     if first[2] and (sched == '' or tonumber(first[2]) < tonumber(sched)) then sched = first[2] end
   end

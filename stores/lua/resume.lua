@@ -1,8 +1,11 @@
 -- KEYS: run, journal. ARGV: P, id, step key whose failure record to discard|'',
---       now, event data
+--       now, event data, flow version to move the run to|'' (keep it)
 -- The explicit way out of failed/canceled (and a nudge for a waiting run). It
 -- continues from the checkpoint head (waiting) or the newest checkpoint before
 -- the run finished (failed, canceled): resume_from_checkpoint_id.
+-- With a version, also a queued run that no activation holds (pending,
+-- replaying after its lease expired, or running and handed back) moves onto it,
+-- keeping its queue position.
 local id = ARGV[2]
 local bad = badnum(ARGV[4], 'now')
 if bad then return err('invalid', bad) end
@@ -15,6 +18,15 @@ end
 if not bad then where, bad = intents_mistyped(id) end
 if bad then return err('corrupt', where, bad) end
 if not st then return err('not_found') end
+local version = ARGV[6] or ''
+if version ~= '' and (st == 'pending' or st == 'replaying'
+    or (st == 'running' and not redis.call('ZSCORE', P .. K.leases, id))) then
+  redis.call('HSET', KEYS[1], 'flow_version', version)
+  emit(id, 'run.resumed', ARGV[4], '', ARGV[5])
+  local q = redis.call('HGET', KEYS[1], 'queue')
+  if redis.call('ZSCORE', P .. K.queue .. q, id) then nudge(q) end
+  return {1}
+end
 if not (st == 'failed' or st == 'canceled' or st == 'waiting_for_signal'
         or st == 'waiting_for_human') then
   return err('transition', st, 'running')
@@ -37,6 +49,7 @@ redis.call('HDEL', KEYS[1], 'result', 'result_type', 'error', 'reason', 'finishe
            'expires_at')
 redis.call('ZREM', P .. K.expiry, id)
 redis.call('HSET', KEYS[1], 'recoveries', '0', 'resume_from_checkpoint_id', head)
+if version ~= '' then redis.call('HSET', KEYS[1], 'flow_version', version) end
 redis.call('DEL', P .. K.done .. id)
 move(id, 'running', true)
 emit(id, 'run.resumed', ARGV[4], '', ARGV[5])

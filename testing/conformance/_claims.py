@@ -155,6 +155,20 @@ class ClaimChecks:
         # the other flow's run is still queued, first in line for a worker that serves it
         assert await claim_ids(store, flows=["c.other", "c.mine"]) == ["other-first"]
 
+    async def test_claim_with_flow_versions_takes_only_runs_started_at_them(
+        self, store: Store
+    ) -> None:
+        await store.create_run(new_run("old", flow="c.f", flow_version="1", created_at=T0))
+        await store.create_run(new_run("plain", flow="c.f", created_at=T0 + 1))
+        await store.create_run(new_run("new", flow="c.f", flow_version="2", created_at=T0 + 2))
+        await store.create_run(new_run("any", flow="c.g", flow_version="9", created_at=T0 + 3))
+
+        # a (name, version) pair takes that version only; (name, None) unversioned runs;
+        # a plain name any version
+        assert await claim_ids(store, flows=[("c.f", "2")], limit=5) == ["new"]
+        assert await claim_ids(store, flows=[("c.f", None), ("c.g", "1")], limit=5) == ["plain"]
+        assert await claim_ids(store, flows=[("c.f", "1"), "c.g"], limit=5) == ["old", "any"]
+
     async def test_claim_without_flows_takes_any_flow(self, store: Store) -> None:
         await store.create_run(new_run("a", flow="c.a", created_at=T0))
         await store.create_run(new_run("b", flow="c.b", created_at=T0 + 1))

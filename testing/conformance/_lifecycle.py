@@ -199,6 +199,54 @@ class LifecycleChecks:
         (again,) = await store.claim("worker-b", None, 1, T0 + 1, TTL)
         assert again.journal == {"a#1": step_record("a#1", 0, "kept")}
 
+    async def test_resume_with_a_version_moves_a_queued_run_and_keeps_its_place(
+        self, store: Store
+    ) -> None:
+        await store.create_run(new_run("stuck", flow="c.f", flow_version="1", created_at=T0))
+        await store.create_run(new_run("next", flow="c.f", flow_version="2", created_at=T0 + 1))
+
+        assert await store.resume("stuck", None, now=T0 + 2, event_data=TRICKY, version="2") is None
+
+        run = await stored(store, "stuck")
+        assert (run.status, run.flow_version) == (RunStatus.PENDING, "2")
+        last = (await events_of(store, "stuck"))[-1]
+        assert (last.type, last.at, last.data) == ("run.resumed", T0 + 2, TRICKY)
+        assert await claim_ids(store, flows=[("c.f", "2")], limit=5) == ["stuck", "next"]
+
+    async def test_resume_with_a_version_refuses_a_leased_run_and_keeps_its_version(
+        self, store: Store
+    ) -> None:
+        await store.create_run(new_run("r1", flow="c.f", flow_version="1", created_at=T0))
+        await store.claim("worker-a", None, 1, T0, TTL)
+
+        refused = await store.resume("r1", None, now=T0, version="2")
+
+        assert refused is not None and refused.why is Refusal.TRANSITION
+        assert (await stored(store, "r1")).flow_version == "1"
+
+    async def test_resume_with_a_version_moves_a_run_whose_lease_expired(
+        self, store: Store
+    ) -> None:
+        await store.create_run(new_run("r1", flow="c.f", flow_version="1", created_at=T0))
+        await store.claim("worker-a", None, 1, T0, TTL)
+        await tick(store, T0 + TTL + 1)  # the lease expired: queued again, replaying
+
+        assert await store.resume("r1", None, now=T0 + TTL + 2, version="2") is None
+
+        run = await stored(store, "r1")
+        assert (run.status, run.flow_version) == (RunStatus.REPLAYING, "2")
+        assert await claim_ids(store, flows=[("c.f", "1")], now=T0 + TTL + 2) == []
+        assert await claim_ids(store, flows=[("c.f", "2")], now=T0 + TTL + 2) == ["r1"]
+
+    async def test_resume_of_a_failed_run_with_a_version_moves_it(self, store: Store) -> None:
+        claim = await start_and_claim(store, "r1")
+        await store.finish("r1", claim.run.fence, RunStatus.FAILED, T0, reason="x")
+
+        assert await store.resume("r1", None, now=T0 + 1, version="v2") is None
+
+        run = await stored(store, "r1")
+        assert (run.status, run.flow_version) == (RunStatus.RUNNING, "v2")
+
     async def test_resume_clears_the_finish_notice(self, store: Store) -> None:
         claim = await start_and_claim(store, "r1")
         await store.finish("r1", claim.run.fence, RunStatus.FAILED, T0, reason="x")

@@ -23,6 +23,7 @@ from stores.protocol import (
     Claim,
     Consumed,
     EventType,
+    FlowScope,
     Lineage,
     Mailbox,
     NewRun,
@@ -169,7 +170,7 @@ async def claim_ids(
     limit: int = 100,
     now: float = T0,
     lease_ttl: float = TTL,
-    flows: list[str] | None = None,
+    flows: list[FlowScope] | None = None,
 ) -> list[str]:
     claims = await store.claim(owner, queues, limit, now, lease_ttl, flows=flows)
     return [c.run.run_id for c in claims]

@@ -1,0 +1,228 @@
+"""A run's timeline (steps, waits, sleeps, retries, children, lifecycle events as a
+time-ordered tree) and its current waits, read from `Client.export` and the
+run's child flows. For ``steadyflow runs show`` / ``runs timeline``; needs no
+flow code.
+
+When each entry began is what the event log tells: a step's ``step.started``
+event when the run records them, else the event before the step's first own
+event (where the activation had got to); a wait or sleep begins at the
+``run.waiting_*`` event that parked the run for it. Concurrent calls
+(``asyncio.gather``) therefore show overlapping entries.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from sdk._runs import utc
+from sdk._types import EventType, RunRecord
+
+if TYPE_CHECKING:
+    from sdk._client import Client
+
+__all__ = ["CurrentWait", "TimelineEntry", "current_waits", "timeline"]
+
+# the event that ends a step or wait -> the entry's status
+_ENDS: dict[str, str] = {
+    EventType.STEP_COMPLETED: "completed", EventType.STEP_FAILED: "failed",
+    EventType.WAIT_COMPLETED: "completed", EventType.WAIT_TIMED_OUT: "timed_out",
+}  # fmt: skip
+_PARKED = (EventType.RUN_WAITING_FOR_SIGNAL, EventType.RUN_WAITING_FOR_HUMAN)
+# journal records shown as lifecycle events, not entries of their own (a child flow is
+# shown as its own run)
+_SKIPPED_KINDS = ("now", "uuid", "patch", "timer", "cancel", "child")
+
+
+@attrs.frozen
+class TimelineEntry:
+    """One line of a timeline; `entries` are the lines under it, oldest first.
+
+    Attributes:
+        kind: ``run``, ``step``, ``wait``, ``sleep``, ``retry``, ``child`` or
+            ``event`` (a lifecycle event of the run: started, resumed, lease
+            expired, signal received...).
+        label: the run id, step key, wait name, event type.
+        status: ``completed``, ``failed``, ``timed_out``, ``waiting``,
+            ``retrying``, ``unfinished`` (a wait of a run that ended first) or a
+            run status; None for an event.
+        started_at: when it began (an event: when it happened).
+        ended_at: when it ended; None while it goes on (or for an event).
+        detail: the error, the retry's due time, who signaled...
+        entries: what happened within it.
+    """
+
+    kind: str
+    label: str
+    status: str | None
+    started_at: datetime | None
+    ended_at: datetime | None = None
+    detail: str | None = None
+    entries: list[TimelineEntry] = attrs.field(factory=list)
+
+    @property
+    def duration(self) -> float | None:
+        """Seconds from start to end, None while it goes on."""
+        if self.started_at is None or self.ended_at is None:
+            return None
+        return max((self.ended_at - self.started_at).total_seconds(), 0.0)
+
+
+@attrs.frozen
+class CurrentWait:
+    """What a run waits for now, from its journal.
+
+    Attributes:
+        kind: ``signal`` (a `wait_for`, also a human approval), ``sleep`` or ``retry``.
+        name: the signal / approval name, or the step key of a retry.
+        key: the journal key.
+        due: its deadline (timeout, wake-up or next attempt), None without one.
+        attempts: failed attempts so far (a retry).
+    """
+
+    kind: str
+    name: str
+    key: str
+    due: datetime | None
+    attempts: int | None = None
+
+
+def current_waits(export: dict[str, Any]) -> list[CurrentWait]:
+    """The waits, sleeps and retry timers the exported run is parked on."""
+    found = []
+    for rec in export["journal"]:
+        key, state, kind = str(rec.get("key")), rec.get("state"), rec.get("kind")
+        due = _time(rec.get("due"))
+        if state == "pending" and kind == "wait":
+            found.append(CurrentWait("signal", _wait_name(key), key, due))
+        elif state == "pending" and kind == "sleep":
+            found.append(CurrentWait("sleep", key, key, due))
+        elif state == "retry":
+            found.append(CurrentWait("retry", key, key, due, rec.get("attempts")))
+    return found
+
+
+async def timeline(client: Client, run_id: str, *, depth: int = 1) -> TimelineEntry:
+    """The run's timeline; child flows `depth` levels down get their own (0: listed
+    as one line each). Raises `RunNotFound`, `CorruptRecord`."""
+    export = await client.export(run_id)
+    record = await client.get(run_id)
+    root = _run_entry(record, "run")
+    root.entries.extend(_entries(export))
+    children = await client.list_runs(parent_run_id=run_id, limit=1000)
+    for child in reversed(children):  # oldest first, as the entries they join
+        if depth > 0:
+            sub = await timeline(client, child.run_id, depth=depth - 1)
+            root.entries.append(attrs.evolve(sub, kind="child"))
+        else:
+            root.entries.append(_run_entry(child, "child"))
+    root.entries.sort(key=_start)
+    return root
+
+
+def _run_entry(record: RunRecord, kind: str) -> TimelineEntry:
+    error = record.error
+    detail = f"{error.type}: {error.message}" if error is not None else None
+    if detail is None and record.status.value == "canceled":
+        detail = record.reason
+    return TimelineEntry(
+        kind, f"{record.run_id} ({record.flow})", record.status.value,
+        record.created_at, record.finished_at, detail,
+    )  # fmt: skip
+
+
+def _entries(export: dict[str, Any]) -> list[TimelineEntry]:
+    kinds = {str(r.get("key")): str(r.get("kind")) for r in export["journal"]}
+    at_of: dict[str, int] = {}  # step key -> its entry's index in `out`
+    out: list[TimelineEntry] = []
+    prev: datetime | None = None
+    parked: datetime | None = None  # the last run.waiting_* event
+    done: datetime | None = None  # the last end of a step or wait
+    for ev in export["events"]:
+        at = _time(ev["at"]) or datetime.now(UTC)
+        kind, key, data = str(ev["type"]), ev.get("step_key"), ev.get("data")
+        if key is None or key not in kinds or kinds[key] in _SKIPPED_KINDS:
+            if kind in _PARKED:
+                parked = at
+            else:
+                out.append(TimelineEntry("event", kind, None, at, detail=_said(data)))
+            prev = at
+            continue
+        if key not in at_of:
+            jkind = kinds[key]
+            label = _wait_name(key) if jkind == "wait" else key
+            begun = prev
+            if jkind in ("wait", "sleep") and parked is not None:
+                # parked for it, unless the run went on since (a signal already there)
+                begun = parked if done is None or parked >= done else done
+            at_of[key] = len(out)
+            out.append(TimelineEntry(jkind, label, "running", begun or at))
+        i = at_of[key]
+        if kind == EventType.STEP_STARTED:
+            out[i] = attrs.evolve(out[i], started_at=at)
+        elif kind == EventType.STEP_RETRY_SCHEDULED and isinstance(data, dict):
+            out[i].entries.append(TimelineEntry(
+                "retry", f"attempt {data.get('attempt')} failed", "retrying", at,
+                _time(data.get("due")), f"{data.get('type')}: {data.get('message')}",
+            ))  # fmt: skip
+        elif kind in _ENDS:
+            out[i] = attrs.evolve(out[i], status=_ENDS[kind], ended_at=at, detail=_said(data))
+            done = at
+        prev = at
+    out.extend(_journal_only(export, set(at_of), parked))
+    return out
+
+
+def _journal_only(
+    export: dict[str, Any], seen: set[str], parked: datetime | None
+) -> list[TimelineEntry]:
+    """Records with no event of their own (sleeps; waits still pending)."""
+    waits = [_time(e["at"]) for e in export["events"] if e["type"] in _PARKED]
+    ended_run = export["record"].get("status") in ("completed", "failed", "canceled")
+    out = []
+    for rec in export["journal"]:
+        key, kind, state = str(rec.get("key")), rec.get("kind"), rec.get("state")
+        if key in seen or kind not in ("sleep", "wait", "step"):
+            continue
+        due = _time(rec.get("due"))
+        begun = max((w for w in waits if w is not None and (due is None or w <= due)), default=None)
+        label = _wait_name(key) if kind == "wait" else key
+        if state == "ok":
+            ended, status = (due if kind == "sleep" else None), "completed"
+        elif state in ("pending", "retry") and ended_run:
+            ended, status = None, "unfinished"  # the run ended while it waited
+        elif state in ("pending", "retry"):
+            ended, status = None, "waiting" if state == "pending" else "retrying"
+        else:
+            ended, status = None, str(state)
+        detail = f"until {due.isoformat()}" if due is not None and ended is None else None
+        out.append(TimelineEntry(str(kind), label, status, begun or parked, ended, detail))
+    return out
+
+
+def _start(entry: TimelineEntry) -> float:
+    return entry.started_at.timestamp() if entry.started_at is not None else float("inf")
+
+
+def _wait_name(key: str) -> str:
+    """``~wait:approve#1`` -> ``approve``."""
+    name = key.removeprefix("~wait:")
+    return name.rpartition("#")[0] or name
+
+
+def _time(value: Any) -> datetime | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return utc(float(value))
+
+
+def _said(data: Any) -> str | None:
+    """A short text of an event's data (who, why, what failed)."""
+    if not isinstance(data, dict):
+        return None
+    if "type" in data and "message" in data:
+        return f"{data['type']}: {data['message']}"
+    parts = [f"{k}={data[k]}" for k in ("name", "decision", "actor", "reason") if data.get(k)]
+    return ", ".join(parts) or None

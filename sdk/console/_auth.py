@@ -1,0 +1,117 @@
+"""Who is looking at the console: the API's authentication, from a cookie or a header.
+
+The console accepts exactly the credentials of the HTTP API (one token works
+for both): an ``Authorization: Bearer TOKEN`` header (a reverse proxy or a
+script can send it), or the same token typed into the sign-in form and kept
+in a cookie. The cookie is ``HttpOnly`` (no script reads it),
+``SameSite=Strict`` (no other site's page sends it) and ``Secure`` behind
+HTTPS. A cookie's token is checked by the API's own `authenticate` hook, on
+a copy of the request that carries it as a bearer header, so a custom hook
+(`create_app(authenticate=...)`) decides for the console too.
+
+Every form post also carries a CSRF token: an HMAC of the actor under a key
+made when the app starts, checked in constant time. It is required whatever
+the credential: a proxy that adds the bearer header would otherwise make a
+cross-site form post authenticated. A post whose ``Origin`` names another
+host is refused as well.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from urllib.parse import parse_qsl, quote, urlsplit
+
+from starlette.requests import Request
+
+from sdk.http._problems import ApiError
+from sdk.http._routing import Settings, authenticate, read_body
+
+__all__ = ["COOKIE", "Session", "actor_of", "bearer_of", "csrf_ok", "form_of", "safe_next",
+           "signin_url", "ui_of"]  # fmt: skip
+
+#: The cookie that keeps a signed-in browser's token.
+COOKIE = "steadyflow_token"
+
+
+class Session:
+    """The console's per-app secret: the key of its CSRF tokens."""
+
+    def __init__(self) -> None:
+        self._key = secrets.token_bytes(32)
+
+    def csrf(self, actor: str) -> str:
+        """The CSRF token of `actor`'s forms."""
+        return hmac.new(self._key, actor.encode(), hashlib.sha256).hexdigest()
+
+    def check(self, actor: str, given: str) -> bool:
+        """Whether `given` is `actor`'s CSRF token (constant time)."""
+        return hmac.compare_digest(self.csrf(actor), given)
+
+
+def _with_bearer(request: Request, token: str) -> Request:
+    """A copy of `request` that carries `token` as its ``Authorization`` header."""
+    headers = [(k, v) for k, v in request.scope["headers"] if k != b"authorization"]
+    headers.append((b"authorization", f"Bearer {token}".encode("latin-1", "replace")))
+    return Request({**request.scope, "headers": headers})
+
+
+def bearer_of(request: Request) -> str | None:
+    """The cookie's token, if the browser sent one."""
+    token = request.cookies.get(COOKIE, "").strip()
+    return token or None
+
+
+async def actor_of(request: Request, settings: Settings) -> str | None:
+    """The signed-in actor, or None (then the console asks to sign in).
+
+    A request with an ``Authorization`` header is judged by it alone; else
+    the cookie's token is; else `insecure_local` may name the actor.
+    """
+    token = None if "authorization" in request.headers else bearer_of(request)
+    judged = request if token is None else _with_bearer(request, token)
+    try:
+        return await authenticate(judged, settings)
+    except ApiError:
+        return None
+
+
+def csrf_ok(request: Request, session: Session, actor: str, given: str) -> bool:
+    """Whether a form post is the console's own: right CSRF token, same origin."""
+    origin = request.headers.get("origin")
+    if origin and origin != "null" and urlsplit(origin).netloc != request.headers.get("host"):
+        return False
+    return session.check(actor, given)
+
+
+def ui_of(request: Request) -> str:
+    """The console's base path: where the app mounted it (``/ui``, or under a prefix)."""
+    return str(request.scope.get("root_path", ""))
+
+
+def safe_next(request: Request, target: str | None) -> str:
+    """Where to go after signing in: a console path only (never another site)."""
+    ui = ui_of(request) + "/"
+    if target and target.startswith(ui) and not target.startswith("//") and "\\" not in target:
+        return target
+    return ui + "runs"
+
+
+def signin_url(request: Request) -> str:
+    """The sign-in page, coming back to this page afterwards."""
+    here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    ui = ui_of(request)
+    return f"{ui}/signin?next={quote(here, safe='')}"
+
+
+async def form_of(request: Request, settings: Settings) -> dict[str, str]:
+    """A form post's fields (``application/x-www-form-urlencoded``, bounded like an
+    API body); the first value of a repeated field. No multipart: the console's
+    forms send none, and this needs no extra dependency."""
+    raw = await read_body(request, settings.max_body)
+    pairs = parse_qsl(raw.decode("utf-8", "replace"), keep_blank_values=True)
+    fields: dict[str, str] = {}
+    for key, value in pairs:
+        fields.setdefault(key, value)
+    return fields

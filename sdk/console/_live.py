@@ -1,0 +1,110 @@
+"""Live updates over Server-Sent Events: the page's script refreshes what changed.
+
+The streams carry no data a page renders: each message says "something
+changed" and the script fetches the page again and swaps its live region
+in. So one rendering (the server's) serves both the first load and every
+update, and a burst of events costs one refresh (`THROTTLE`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from sdk._follow import follow_run
+from sdk.console._state import Console
+from sdk.errors import RunNotFound, SteadyflowError
+
+__all__ = ["THROTTLE", "run_live", "runs_live"]
+
+#: Seconds between two "changed" messages of a stream, at least.
+THROTTLE = 0.5
+_END = object()
+_FAILED = object()
+
+
+def _stream(source: AsyncIterator[Any], keepalive: float) -> StreamingResponse:
+    """Frame `source`'s items as ``changed`` messages, at most one per `THROTTLE`
+    seconds (then ``end`` when it ends; an error closes the stream and the
+    browser's ``EventSource`` reconnects)."""
+
+    async def messages() -> AsyncIterator[str]:
+        queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=64)
+
+        async def read() -> None:
+            try:
+                async for item in source:
+                    await queue.put(item)
+            except Exception:  # (a store outage) close without "end": the browser reconnects
+                await queue.put(_FAILED)
+            else:
+                await queue.put(_END)
+
+        def drained(item: Any) -> Any:
+            """`item`, or the end that the items queued behind it hold."""
+            while not queue.empty() and item not in (_END, _FAILED):
+                item = queue.get_nowait()
+            return item
+
+        reader = asyncio.create_task(read())
+        last = -THROTTLE
+        try:
+            yield "retry: 2000\n\n"
+            while True:
+                try:
+                    item = await asyncio.wait_for(queue.get(), keepalive)
+                except TimeoutError:
+                    yield ": keep-alive\n\n"
+                    continue
+                item = drained(item)
+                if item is _FAILED:
+                    return
+                if item is not _END:
+                    # one message for a burst: wait out the rest of the interval first
+                    await asyncio.sleep(max(THROTTLE - (time.monotonic() - last), 0.0))
+                    item = drained(item)
+                last = time.monotonic()
+                if item is _FAILED:
+                    return
+                yield "event: changed\ndata: {}\n\n"
+                if item is _END:
+                    yield "event: end\ndata: {}\n\n"
+                    return
+        finally:
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
+
+    return StreamingResponse(
+        messages(),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+async def run_live(request: Request, console: Console, actor: str) -> Response:
+    """``GET /ui/runs/{run_id}/live``: a message whenever the run has a new event."""
+    run_id = request.path_params["run_id"]
+    settings = console.settings
+    # After the last event the page shows (its script passes it): no repeat.
+    cursor = request.query_params.get("cursor") or None
+    try:
+        await console.client.events(run_id, cursor=cursor, limit=1)
+    except RunNotFound:
+        return Response(f"no run {run_id!r}", status_code=404)
+    except SteadyflowError:  # a bad cursor: follow from the start (one refresh too many)
+        cursor = None
+    source = follow_run(console.client, run_id, cursor=cursor, idle=settings.sse_idle)
+    return _stream(source, settings.sse_keepalive)
+
+
+async def runs_live(request: Request, console: Console, actor: str) -> Response:
+    """``GET /ui/live``: a message whenever any run has a new event."""
+    poll = console.settings.sse_idle
+    return _stream(console.client.follow(poll_timeout=poll), console.settings.sse_keepalive)

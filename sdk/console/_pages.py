@@ -1,0 +1,178 @@
+"""The list pages: runs (filters, status counts, cursor paging), queues, schedules,
+workers; and signing in and out."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+
+from sdk._jsonshapes import shapes
+from sdk._runpages import RunFilter, page_runs
+from sdk._types import RunRecord, RunStatus
+from sdk.console._auth import COOKIE, actor_of, csrf_ok, form_of, safe_next, ui_of
+from sdk.console._render import page
+from sdk.console._state import Console
+from sdk.errors import SteadyflowError
+
+__all__ = ["queues", "runs", "schedules", "signin", "signin_form", "signout", "status_counts",
+           "workers"]  # fmt: skip
+
+#: Status counts stop at this many runs per status (shown as "1,000+").
+COUNT_CAP = 1_000
+#: Runs a run-id search reads at most (newest first).
+SEARCH_SCAN = 5_000
+_FILTERS = ("status", "flow", "queue", "tenant_id", "since", "until", "q")
+
+
+def _utc(text: str, what: str) -> datetime:
+    """A time from a ``datetime-local`` field (read as UTC) or ISO 8601 text."""
+    try:
+        at = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"{what}: {text[:40]!r} is not a date and time") from None
+    return at.replace(tzinfo=UTC) if at.tzinfo is None else at
+
+
+def _before(at: datetime) -> str:
+    """A runs-page cursor that starts the listing just after `at` (older runs only);
+    the format of `sdk._runpages.encode_cursor`."""
+    raw = json.dumps([at.timestamp(), "\U0010ffff"]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+async def runs(request: Request, console: Console, actor: str) -> Response:
+    """``GET /ui/runs``: a page of runs, newest first."""
+    q = request.query_params
+    given = {k: q[k].strip() for k in _FILTERS if q.get(k, "").strip()}
+    limit = min(max(int(q["limit"]) if q.get("limit", "").isdigit() else 50, 1), 200)
+    error, found, next_cursor, note = None, list[RunRecord](), None, None
+    try:
+        since = _utc(given["since"], "since") if "since" in given else None
+        cursor = q.get("cursor") or None
+        if "until" in given and cursor is None:
+            cursor = _before(_utc(given["until"], "until"))
+        where = RunFilter(
+            status=given.get("status"), flow=given.get("flow"), queue=given.get("queue"),
+            tenant_id=given.get("tenant_id"), since=since,
+        )  # fmt: skip
+        text = given.get("q")
+        if text:
+            found, note = await _search(console, where, text, limit)
+            if len(found) == 1 and found[0].run_id == text:
+                ui = ui_of(request)
+                return RedirectResponse(f"{ui}/runs/{text}", status_code=303)
+        else:
+            got = await page_runs(console.client, where, limit=limit, cursor=cursor)
+            found, next_cursor = got.runs, got.next_cursor
+    except (SteadyflowError, ValueError) as exc:
+        error = str(exc)
+    return page(
+        request, "runs.html", status=200 if error is None else 422, actor=actor,
+        csrf=console.session.csrf(actor), runs=found, next_cursor=next_cursor, filters=given,
+        statuses=[s.value for s in RunStatus], error=error, note=note, limit=limit,
+        first_page=not q.get("cursor"),
+    )  # fmt: skip
+
+
+async def _search(
+    console: Console, where: RunFilter, text: str, limit: int
+) -> tuple[list[RunRecord], str | None]:
+    """Runs whose id holds `text`: the exact id at once, else a scan of the newest."""
+    try:
+        exact = await console.client.get(text)
+    except SteadyflowError:
+        exact = None
+    if exact is not None and where.matches(exact):
+        return [exact], None
+    hits: list[RunRecord] = []
+    cursor, read = None, 0
+    while read < SEARCH_SCAN and len(hits) < limit:
+        got = await page_runs(console.client, where, limit=500, cursor=cursor)
+        read += len(got.runs)
+        hits.extend(r for r in got.runs if text in r.run_id)
+        cursor = got.next_cursor
+        if cursor is None:
+            return hits[:limit], None
+    return hits[:limit], f"searched the newest {read:,} runs that match the other filters"
+
+
+async def status_counts(request: Request, console: Console, actor: str) -> Response:
+    """``GET /ui/counts``: how many runs each status has (up to `COUNT_CAP`)."""
+    flow = request.query_params.get("flow") or None
+    counts = console.cached(("counts", flow))
+    if counts is None:
+        found = await asyncio.gather(
+            *(console.client.list_runs(s, flow, COUNT_CAP + 1) for s in RunStatus)
+        )
+        counts = {s.value: len(rows) for s, rows in zip(RunStatus, found, strict=True)}
+        console.remember(("counts", flow), counts)
+    return page(request, "counts.html", counts=counts, cap=COUNT_CAP, flow=flow)
+
+
+async def queues(request: Request, console: Console, actor: str) -> Response:
+    """``GET /ui/queues``: depth, executing, limits of each queue."""
+    return await _table(request, console, actor, "Queues", console.client.queues)
+
+
+async def schedules(request: Request, console: Console, actor: str) -> Response:
+    """``GET /ui/schedules``: every schedule and its next tick."""
+    return await _table(request, console, actor, "Schedules", console.client.list_schedules)
+
+
+async def workers(request: Request, console: Console, actor: str) -> Response:
+    """``GET /ui/workers``: live workers and their slots."""
+    return await _table(request, console, actor, "Workers", console.client.workers)
+
+
+async def _table(request: Request, console: Console, actor: str, title: str, read: Any) -> Response:
+    error, rows = None, []
+    try:
+        rows = shapes(await read())
+    except SteadyflowError as exc:
+        error = str(exc)
+    return page(request, "table.html", actor=actor, csrf=console.session.csrf(actor),
+                title=title, rows=rows, error=error)  # fmt: skip
+
+
+async def signin_form(request: Request, console: Console) -> Response:
+    """``GET /ui/signin``: the token form."""
+    return page(request, "signin.html", next=safe_next(request, request.query_params.get("next")),
+                error=None)  # fmt: skip
+
+
+async def signin(request: Request, console: Console) -> Response:
+    """``POST /ui/signin``: check the token as the API would, then keep it in a cookie."""
+    form = await form_of(request, console.settings)
+    token, target = str(form.get("token", "")).strip(), safe_next(request, str(form.get("next")))
+    origin = request.headers.get("origin")
+    same = origin in (None, "null") or origin.split("://", 1)[-1] == request.headers.get("host")
+    probe = Request({**request.scope, "headers": [
+        (b"authorization", f"Bearer {token}".encode("latin-1", "replace"))
+    ]})  # fmt: skip
+    actor = await actor_of(probe, console.settings) if token and same else None
+    if actor is None:
+        return page(request, "signin.html", status=401, next=target,
+                    error="That token is not known to this server.")  # fmt: skip
+    answer = RedirectResponse(target, status_code=303)
+    answer.set_cookie(
+        COOKIE, token, httponly=True, samesite="strict", secure=request.url.scheme == "https",
+        path=ui_of(request),
+    )  # fmt: skip
+    return answer
+
+
+async def signout(request: Request, console: Console, actor: str) -> Response:
+    """``POST /ui/signout``: forget the cookie."""
+    form = await form_of(request, console.settings)
+    if not csrf_ok(request, console.session, actor, str(form.get("csrf", ""))):
+        return Response("the form is stale: reload the page", status_code=403)
+    ui = ui_of(request)
+    answer = RedirectResponse(f"{ui}/signin", status_code=303)
+    answer.delete_cookie(COOKIE, path=ui)
+    return answer

@@ -1,0 +1,69 @@
+"""The console's shared state and the guard every page runs behind."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import attrs
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+
+from sdk._client import Client
+from sdk.console._auth import Session, actor_of, signin_url
+from sdk.http._routing import Settings
+
+__all__ = ["Console", "Page", "guarded"]
+
+#: ``page(request, console, actor) -> Response``: a handler behind the guard.
+Page = Callable[[Request, "Console", str], Awaitable[Response]]
+
+
+@attrs.define
+class Console:
+    """What the console's handlers share: the API's settings, the CSRF key, a small cache.
+
+    Attributes:
+        settings: the API's (`create_app`) settings: client and authentication.
+        session: the CSRF key.
+        counts_ttl: seconds the status counts of the runs list are reused.
+    """
+
+    settings: Settings
+    session: Session = attrs.field(factory=Session)
+    counts_ttl: float = 5.0
+    _cache: dict[Any, tuple[float, Any]] = attrs.field(factory=dict)
+
+    @property
+    def client(self) -> Client:
+        """The client every read and action goes through."""
+        return self.settings.client
+
+    def cached(self, key: Any) -> Any:
+        """A value `remember` kept under `key` less than `counts_ttl` ago, else None."""
+        hit = self._cache.get(key)
+        return hit[1] if hit is not None and time.monotonic() - hit[0] < self.counts_ttl else None
+
+    def remember(self, key: Any, value: Any) -> None:
+        """Keep `value` for `counts_ttl` seconds (a bounded cache)."""
+        if len(self._cache) > 256:
+            self._cache.clear()
+        self._cache[key] = (time.monotonic(), value)
+
+
+def guarded(console: Console, handler: Page) -> Callable[[Request], Awaitable[Response]]:
+    """`handler` for signed-in callers; anyone else is sent to the sign-in page."""
+
+    async def answer(request: Request) -> Response:
+        actor = await actor_of(request, console.settings)
+        if actor is None:
+            if request.method == "GET" and "text/event-stream" not in request.headers.get(
+                "accept", ""
+            ):
+                return RedirectResponse(signin_url(request), status_code=303)
+            return Response("sign in first (/ui/signin)", status_code=401)
+        return await handler(request, console, actor)
+
+    answer.__name__ = handler.__name__
+    return answer

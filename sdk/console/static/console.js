@@ -1,0 +1,80 @@
+// Steadyflow console: the few lines of progressive JavaScript. Every page works
+// without them; with them, pages follow live (SSE) and JSON editors are checked.
+"use strict";
+(function () {
+  var dirty = new WeakSet();
+  document.addEventListener("input", function (e) {
+    var form = e.target.closest && e.target.closest("form");
+    if (form) dirty.add(form);
+    if (e.target.matches && e.target.matches("textarea[data-json]")) checkJson(e.target);
+  });
+
+  function checkJson(area) {
+    var out = area.form && area.form.querySelector(".json-state");
+    var ok = true, text = area.value.trim();
+    if (text) { try { JSON.parse(text); } catch (err) { ok = false; if (out) out.textContent = "Not JSON yet: " + err.message; } }
+    if (ok && out) out.textContent = text ? "Valid JSON." : "";
+    area.setAttribute("aria-invalid", ok ? "false" : "true");
+  }
+
+  // A region may be replaced unless the person is working in it.
+  function busy(region) {
+    var active = document.activeElement;
+    if (active && region.contains(active) && /^(INPUT|TEXTAREA|SELECT)$/.test(active.tagName)) return true;
+    var forms = region.querySelectorAll("form");
+    for (var i = 0; i < forms.length; i++) if (dirty.has(forms[i])) return true;
+    return !!region.querySelector("details[open]");
+  }
+
+  var pending = false, again = false;
+  function refresh() {
+    if (pending) { again = true; return; }
+    pending = true;
+    fetch(location.href, { headers: { "Accept": "text/html" }, credentials: "same-origin" })
+      .then(function (r) { return r.ok ? r.text() : null; })
+      .then(function (html) {
+        if (!html) return;
+        var doc = new DOMParser().parseFromString(html, "text/html");
+        document.querySelectorAll("[data-swap]").forEach(function (region) {
+          var fresh = region.id && doc.getElementById(region.id);
+          if (!fresh) { if (!busy(region)) region.remove(); return; }
+          if (busy(region)) { again = true; return; }
+          region.replaceWith(document.importNode(fresh, true));
+        });
+        document.dispatchEvent(new CustomEvent("console:refreshed"));
+      })
+      .catch(function () { again = true; })
+      .finally(function () {
+        pending = false;
+        if (again) { again = false; setTimeout(refresh, 1000); }
+      });
+  }
+
+  function follow() {
+    var live = document.querySelector("[data-live]");
+    var url = live && live.getAttribute("data-live");
+    if (!url || !window.EventSource) return;
+    var source = new EventSource(url);
+    source.addEventListener("changed", refresh);
+    source.addEventListener("end", function () { source.close(); refresh(); });
+    document.body.setAttribute("data-following", "yes");
+  }
+
+  function counts() {
+    var box = document.getElementById("counts");
+    if (!box || !box.dataset.src) return;
+    fetch(box.dataset.src, { credentials: "same-origin" })
+      .then(function (r) { return r.ok ? r.text() : ""; })
+      .then(function (html) {
+        var doc = new DOMParser().parseFromString(html, "text/html");
+        var list = doc.querySelector(".counts");
+        if (list) box.replaceChildren(document.importNode(list, true));
+      });
+  }
+
+  document.addEventListener("DOMContentLoaded", function () {
+    follow();
+    counts();
+    document.addEventListener("console:refreshed", counts);
+  });
+})();

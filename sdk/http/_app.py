@@ -1,0 +1,111 @@
+"""`create_app`: the ASGI application of the HTTP runtime API."""
+
+from __future__ import annotations
+
+import math
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute
+from starlette.routing import Route as StarletteRoute
+
+from sdk._client import Client
+from sdk.errors import InvalidArgument
+from sdk.http._auth import TOKENS_VARIABLE, Authenticate, BearerTokens
+from sdk.http._problems import ApiError, ErrorCode, problem_response
+from sdk.http._routes import routes
+from sdk.http._routing import Settings, endpoint
+
+__all__ = ["DEFAULT_MAX_BODY", "create_app"]
+
+#: Default bound of a request body, in bytes.
+DEFAULT_MAX_BODY = 1_048_576
+
+
+async def _not_routed(request: Request, exc: Exception) -> Response:
+    """404 and 405 of paths and methods no route serves, as problems."""
+    status = exc.status_code if isinstance(exc, HTTPException) else 500
+    if status == 405:
+        code, what = ErrorCode.METHOD_NOT_ALLOWED, f"{request.method} is not allowed on"
+    else:
+        code, what = ErrorCode.NOT_FOUND, "no endpoint serves"
+    return problem_response(
+        ApiError(code, f"{what} {request.url.path} (the endpoints: GET /openapi.json)")
+    )
+
+
+def create_app(
+    client: Client,
+    *,
+    authenticate: Authenticate | None = None,
+    insecure_local: bool = False,
+    max_body: int = DEFAULT_MAX_BODY,
+    sse_keepalive: float = 15.0,
+    sse_idle: float = 5.0,
+) -> Starlette:
+    """The HTTP runtime API over `client`, as an ASGI app (Starlette).
+
+    Every endpoint but ``GET /healthz`` needs authentication; the actor it
+    gives is passed to the client's calls, so the client's `Authorizer`
+    decides each action (and audits refusals).
+
+    Args:
+        client: the `Client` every endpoint calls; its registry is where
+            ``POST /v1/runs`` finds flows by name (import your flow modules).
+        authenticate: ``authenticate(request) -> actor | None`` (plain or async);
+            None: bearer tokens from ``$STEADYFLOW_API_TOKENS`` (`BearerTokens`).
+        insecure_local: answer requests without credentials as actor
+            ``"local"``, from loopback addresses only (`steadyflow serve
+            --insecure-local`). For a developer's machine, never a server.
+        max_body: largest request body, in bytes (a longer one is answered 413).
+        sse_keepalive: seconds between keep-alive comments of a quiet event stream.
+        sse_idle: seconds an event stream blocks on the live feed before it checks
+            that its run still exists.
+
+    Raises:
+        InvalidArgument: no way to authenticate was given (no `authenticate`,
+            no ``$STEADYFLOW_API_TOKENS``, not `insecure_local`), or a bad bound.
+
+    Example::
+
+        from starlette.applications import Starlette
+        from starlette.routing import Mount
+
+        api = create_app(client, authenticate=BearerTokens.from_file("/etc/sf/tokens"))
+        app = Starlette(routes=[Mount("/steadyflow", app=api)])
+    """
+    if authenticate is None:
+        authenticate = BearerTokens.from_env()
+    if authenticate is None and not insecure_local:
+        raise InvalidArgument(
+            "create_app(): nothing to authenticate requests with: pass authenticate=... "
+            f"(e.g. BearerTokens.from_file(path)), set ${TOKENS_VARIABLE}='token=actor,...', "
+            "or (on a developer's machine) insecure_local=True"
+        )
+    if isinstance(max_body, bool) or not isinstance(max_body, int) or max_body < 1:
+        raise InvalidArgument(f"create_app(): max_body must be a positive int, got {max_body!r}")
+    for name, value in (("sse_keepalive", sse_keepalive), ("sse_idle", sse_idle)):
+        if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+            raise InvalidArgument(f"create_app(): {name} must be positive seconds, got {value!r}")
+    settings = Settings(client, authenticate, insecure_local, max_body, sse_keepalive, sse_idle)
+    # A run id may hold "/" (sent as is or as %2F: the server decodes it), so
+    # it matches as a Starlette "path"; the routes that end at the run id come
+    # last, so "/v1/runs/a/b/events" is the events of "a/b", not the run "a/b/events".
+    ordered = sorted(routes(), key=lambda r: r.path.endswith("{run_id}"))
+    table: list[BaseRoute] = [
+        StarletteRoute(
+            r.path.replace("{run_id}", "{run_id:path}"),
+            endpoint(r, settings),
+            methods=[r.method],
+            name=r.operation_id,
+        )
+        for r in ordered
+    ]
+    from sdk.console import console_routes  # the web console under /ui/ (docs/console.md)
+
+    table.extend(console_routes(settings))
+    app = Starlette(routes=table, exception_handlers={HTTPException: _not_routed})
+    app.state.steadyflow = settings  # for routes mounted later (the console)
+    return app

@@ -1,0 +1,97 @@
+"""A run's events as Server-Sent Events: the log from a cursor, then live.
+
+`sdk._follow.follow_run` does the reading (subscribe to the live feed, read
+the log, block on the feed for news: no polling loop); this module frames
+its events for the wire. A reader task feeds a small queue, so the stream
+can send a keep-alive comment while the run is quiet (proxies close idle
+connections) and a slow client holds the reader back instead of growing a
+buffer. The stream ends (``event: end``) when the run has ended and its log
+is delivered, or when it is deleted. ``Last-Event-ID`` (sent by a
+reconnecting ``EventSource``) takes the place of the ``cursor`` parameter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.responses import StreamingResponse
+
+from sdk._follow import follow_run
+from sdk._jsonshapes import shape
+from sdk._serde import dumps
+from sdk._types import Event
+from sdk.http._problems import problem_body, problem_of
+
+if TYPE_CHECKING:
+    from sdk.http._routing import Call
+
+__all__ = ["event_stream", "wants_stream"]
+
+EVENT_STREAM = "text/event-stream"
+_END = object()
+
+
+def wants_stream(request: Request) -> bool:
+    """Whether the request asks for a live stream (its ``Accept`` names SSE)."""
+    return EVENT_STREAM in request.headers.get("accept", "")
+
+
+def frame(event: Event) -> str:
+    """One event as an SSE message: ``id`` (the cursor), ``event`` (its type), ``data``."""
+    return f"id: {event.event_id}\nevent: {event.type}\ndata: {dumps(shape(event))}\n\n"
+
+
+async def event_stream(call: Call, run_id: str, cursor: str | None) -> StreamingResponse:
+    """The streaming answer; `RunNotFound` (404) before the stream starts."""
+    client = call.client
+    cursor = call.request.headers.get("last-event-id") or cursor
+    await client.get(run_id)
+    if cursor is not None:
+        await client.events(run_id, cursor=cursor, limit=1)  # a bad cursor: 422, not a stream
+    keepalive, idle = call.settings.sse_keepalive, call.settings.sse_idle
+    unavailable = client.store.is_unavailable
+
+    async def messages() -> AsyncIterator[str]:
+        queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=64)
+
+        async def read() -> None:
+            try:
+                async for event in follow_run(client, run_id, cursor=cursor, idle=idle):
+                    await queue.put(event)
+            except Exception as exc:
+                await queue.put(exc)
+            else:
+                await queue.put(_END)
+
+        reader = asyncio.create_task(read())
+        try:
+            yield ": following run events\nretry: 2000\n\n"
+            while True:
+                try:
+                    item = await asyncio.wait_for(queue.get(), keepalive)
+                except TimeoutError:
+                    yield ": keep-alive\n\n"
+                    continue
+                if item is _END:
+                    yield "event: end\ndata: {}\n\n"
+                    return
+                if isinstance(item, Exception):
+                    problem = problem_of(item, run_id, unavailable=unavailable(item))
+                    yield f"event: error\ndata: {dumps(problem_body(problem))}\n\n"
+                    return
+                yield frame(item)
+        finally:
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
+
+    return StreamingResponse(
+        messages(),
+        media_type=EVENT_STREAM,
+        # no caching, and no buffering by proxies such as nginx
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )

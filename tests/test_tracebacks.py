@@ -1,0 +1,67 @@
+"""A failure keeps its traceback: the step's frames in its journal record and in
+the run's error, also when the failure is replayed from the journal."""
+
+from __future__ import annotations
+
+import pytest
+
+from sdk import RetryPolicy, flow, step
+from sdk._serde import MAX_TRACEBACK, encode_exception, rebuild_exception, traceback_text
+from sdk.errors import RunFailed
+from stores.redis import RedisStore
+from testing import FlowTestEnv
+
+
+def deep_inside(order: str) -> None:
+    raise LookupError(f"no price for {order!r}")
+
+
+@step(retry=RetryPolicy(max_attempts=1))
+async def price(order: str) -> int:
+    deep_inside(order)
+    return 0
+
+
+@flow(name="tests.tracebacks.quote")
+async def quote(order: str) -> int:
+    return await price(order)
+
+
+async def test_a_failed_run_reports_the_steps_traceback(store: RedisStore) -> None:
+    async with FlowTestEnv(store=store) as env:
+        handle = await env.start(quote, "A-1")
+        await env.run_until_idle()
+        with pytest.raises(RunFailed):
+            await handle.result()
+        error = (await env.client.get(handle.run_id)).error
+        assert error is not None and error.step_key == "price#1"
+        assert error.traceback is not None
+        assert "in deep_inside" in error.traceback and "in price" in error.traceback
+        assert error.traceback.rstrip().endswith("LookupError: no price for 'A-1'")
+        recorded = (await env.client.export(handle.run_id))["journal"]
+        assert "in deep_inside" in str(recorded)  # the step's record keeps it too
+
+
+async def test_a_failure_replayed_from_the_journal_keeps_the_recorded_traceback() -> None:
+    try:
+        deep_inside("B-2")
+    except LookupError as exc:
+        data = encode_exception(exc)
+    rebuilt = rebuild_exception(data, "price#1")
+    assert type(rebuilt) is LookupError and rebuilt.__traceback__ is None
+    assert traceback_text(rebuilt) == data["traceback"]
+    assert "in deep_inside" in data["traceback"]
+
+
+def test_a_long_traceback_keeps_its_end() -> None:
+    try:
+        raise ValueError("x" * 20_000)
+    except ValueError as exc:
+        text = traceback_text(exc)
+    assert text is not None and len(text) <= MAX_TRACEBACK + 40
+    assert text.startswith("... (") and text.endswith("x" * 100 + "\n")
+
+
+def test_an_exception_never_raised_has_no_traceback() -> None:
+    assert traceback_text(ValueError("x")) is None
+    assert "traceback" not in encode_exception(ValueError("x"))
