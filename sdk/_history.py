@@ -12,7 +12,7 @@ from sdk._clientbase import ClientBase
 from sdk._outbox import Intent, IntentStatus
 from sdk._runs import error_info, timestamp
 from sdk._serde import loads
-from sdk._types import Checkpoint, Event
+from sdk._types import Checkpoint, Event, RunStatus
 from sdk.errors import CorruptRecord, InvalidArgument, RunNotFound
 from stores.protocol import CorruptData, Store, StoredEvent, StoredIntent
 
@@ -67,6 +67,25 @@ class History(ClientBase):
             )
             for c in found
         ]
+
+    async def approvers(self, run_id: str) -> dict[str, tuple[str, ...]]:
+        """Who may decide the human waits the run is parked on: wait name -> the
+        actors its ``wait_for(..., human=True, approvers=[...])`` names. A human
+        wait without `approvers` is not listed (the client's `Authorizer` alone
+        decides it); empty when the run is not parked on one. Raises
+        `RunNotFound`, and `CorruptRecord` when they cannot be read."""
+        stored = await self._stored(run_id)
+        if stored.status is not RunStatus.WAITING_FOR_HUMAN:
+            return {}  # what a past park named is kept until the next one
+        try:
+            found = await self.store.approvers(run_id)
+        except CorruptData as e:
+            raise CorruptRecord(e.run_id, e.key, e.detail) from None
+        return {
+            box.name: who
+            for box, who in sorted(found.items(), key=lambda kv: kv[0].name)
+            if box.human
+        }
 
     async def intents(self, run_id: str) -> list[Intent]:
         """The run's outbox intents (`emit`), in the order they were recorded, with

@@ -109,6 +109,12 @@ class HistoryReads(Protocol):
         """A run's checkpoints, oldest first. `CorruptData` when they cannot be read."""
         ...
 
+    async def approvers(self, run_id: str) -> dict[Mailbox, tuple[str, ...]]:
+        """Who may decide each human wait the run is parked on, for the waits that
+        name their approvers (`park`'s `approvers`); empty when none does or the
+        run is not parked. `CorruptData` when they cannot be read."""
+        ...
+
     async def correlation(self, run_ids: Sequence[str]) -> dict[str, tuple[str, str | None]]:
         """(trace id, tenant id) of each known run."""
         ...

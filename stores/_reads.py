@@ -14,6 +14,7 @@ from stores._keys import SUFFIX
 from stores.protocol import (
     CorruptData,
     Lineage,
+    Mailbox,
     RunStatus,
     StoredCheckpoint,
     StoredEvent,
@@ -129,6 +130,19 @@ class Reads(RedisBase):
         except ResponseError as e:
             raise await self._unreadable(run_id, key, e, "stream") from None
         return [_codec.stored_event(str(eid), run_id, fields, key) for eid, fields in entries]
+
+    async def approvers(self, run_id: str) -> dict[Mailbox, tuple[str, ...]]:
+        key = self.keys.base_of(run_id) + SUFFIX["approvers"] + run_id
+        try:
+            found: Any = await self.client.hgetall(key)  # decode_responses: str -> str
+        except ResponseError as e:
+            raise await self._unreadable(run_id, key, e, "hash") from None
+        out: dict[Mailbox, tuple[str, ...]] = {}
+        for box, who in found.items():
+            if _decode.unreadable(box) or _decode.unreadable(who) or box[:2] not in ("h:", "s:"):
+                raise CorruptData(run_id, key, f"entry {_decode.show(box)} cannot be read")
+            out[Mailbox(box[2:], human=box[0] == "h")] = tuple(w for w in who.split("\n") if w)
+        return out
 
     async def checkpoints(self, run_id: str) -> list[StoredCheckpoint]:
         # Run-level checkpoints are stream entries; a step_completed checkpoint

@@ -49,6 +49,18 @@ def _forget() -> None:
     ASKED.clear()
 
 
+async def test_the_approvers_a_human_wait_names_can_be_read_while_it_waits() -> None:
+    async with FlowTestEnv() as env:
+        handle = await env.start(gated)
+        assert await env.client.approvers(handle.run_id) == {}  # not parked yet
+        await env.run_until_idle()
+        assert await env.client.approvers(handle.run_id) == {"refund": ("alice", "carol")}
+        await env.client.approve(handle.run_id, "refund", actor="carol")
+        await env.run_until_idle()
+        assert (await handle.result()).actor == "carol"
+        assert await env.client.approvers(handle.run_id) == {}  # no longer waiting
+
+
 @pytest.mark.parametrize(
     ("action", "call"),
     [

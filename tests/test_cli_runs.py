@@ -257,6 +257,7 @@ def test_runs_show_says_what_a_waiting_run_waits_for(env: CliEnv) -> None:
         {"kind": "signal", "name": "ok", "key": "~wait:ok#1", "due": None, "attempts": None}
     ]
     assert shown["queue"]["name"] == "cli-q"
+    assert shown["approvers"] == {}  # the wait names none: the authorizer alone decides
     assert shown["serving_workers"] == []  # the test's worker has stopped
 
     human = env.cli("runs", "show", run_id)

@@ -202,6 +202,7 @@ async def test_run_page_shows_the_wait_the_retry_and_collapses_large_payloads(
     async with console(client) as http:
         page = (await http.get(f"/ui/runs/{run_id}")).text
         assert 'data-wait="ship-order"' in page
+        assert '<strong class="approvers">alice</strong>' in page  # the wait's approvers=
         assert ">Approve</button>" in page and ">Deny</button>" in page
         assert 'data-kind="retry"' in page and "warehouse did not answer" in page
         assert "#1 start" in page

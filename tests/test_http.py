@@ -497,7 +497,9 @@ async def test_timeline_and_current_waits_of_a_run(env: FlowTestEnv) -> None:
         run_id = await start(http, "tests.http.gated")
         await env.run_until_idle()
 
-        waits = (await http.get(f"/v1/runs/{run_id}/waits")).json()["waits"]
+        parked = (await http.get(f"/v1/runs/{run_id}/waits")).json()
+        waits = parked["waits"]
+        assert parked["approvers"] == {}  # its wait names none (test_authorization reads some)
         tree = (await http.get(f"/v1/runs/{run_id}/timeline", params={"depth": 0})).json()
         too_deep = await http.get(f"/v1/runs/{run_id}/timeline", params={"depth": 99})
         missing = await http.get("/v1/runs/ghost/timeline")

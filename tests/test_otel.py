@@ -486,3 +486,14 @@ async def test_a_wait_deadline_reports_its_lag_and_a_cancel_is_counted(otel: Ote
     assert outcomes == ["parked", "parked", "canceled"]
     assert otel.total("steadyflow.runs.canceled", flow="tests.otel.patient") == 1
     assert otel.total("steadyflow.runs.completed", flow="tests.otel.patient") == 0
+
+
+def test_the_worker_command_installs_the_interceptor_with_otel() -> None:
+    from click.testing import CliRunner
+
+    from sdk.cli import cli
+    from sdk.cli._worker import otel_interceptor
+
+    assert isinstance(otel_interceptor(), OtelInterceptor)  # on the global providers
+    shown = CliRunner().invoke(cli, ["worker", "--help"])
+    assert shown.exit_code == 0 and "--otel" in shown.output

@@ -138,7 +138,9 @@ def show(run_id: str, as_json: bool, store: StoreOptions) -> None:
     for wait in found["waits"]:
         due = f" until {wait['due']}" if wait["due"] else ""
         attempts = f" after {wait['attempts']} failed attempt(s)" if wait["attempts"] else ""
-        click.echo(f"waiting for: {wait['kind']} {wait['name']!r}{due}{attempts}")
+        who = found["approvers"].get(wait["name"])
+        deciders = f" (may decide: {', '.join(who)})" if who else ""
+        click.echo(f"waiting for: {wait['kind']} {wait['name']!r}{due}{attempts}{deciders}")
     if run["lease_owner"] is not None:
         click.echo(f"leased by: {run['lease_owner']} until {run['lease_expires_at']}")
     if run["status"] in ("pending", "running", "replaying"):
@@ -160,16 +162,18 @@ def show(run_id: str, as_json: bool, store: StoreOptions) -> None:
 
 
 async def _show(client: Client, run_id: str) -> dict[str, Any]:
-    """`runs show --json`: ``{"run", "waits", "serving_workers", "queue"}``."""
+    """`runs show --json`: ``{"run", "waits", "approvers", "serving_workers", "queue"}``."""
     run = await client.get(run_id)
     waits = []
     if run.status in _PARKED_OR_RUNNING:
         waits = current_waits(await client.export(run_id))
+    approvers = await client.approvers(run_id)
     serving = [w for w in await client.workers() if w.serves(run.flow, run.queue, run.flow_version)]
     queue = next((q for q in await client.queues() if q.name == run.queue), None)
     return {
         "run": shape(run),
         "waits": shapes(waits),
+        "approvers": {name: list(who) for name, who in approvers.items()},
         "serving_workers": shapes(serving),
         "queue": None if queue is None else shape(queue),
     }

@@ -13,9 +13,11 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Sequence
 
 import click
 
+from sdk._intercept import Interceptor
 from sdk._worker import Worker
 from sdk.cli._options import CONTEXT_SETTINGS, EXIT_CODES, StoreOptions, store_options
 from sdk.errors import InvalidArgument
@@ -57,6 +59,11 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
     envvar="STEADYFLOW_LOG_LEVEL", show_envvar=True, default="INFO", show_default=True,
     help="Log level; logs go to stderr.",
 )  # fmt: skip
+@click.option(
+    "--otel", is_flag=True, default=False,
+    help="Trace and measure activations with OpenTelemetry (sdk.otel), on the global "
+    "providers: run under opentelemetry-instrument or configure OTEL_* variables.",
+)  # fmt: skip
 def worker(
     modules: tuple[str, ...],
     store: StoreOptions,
@@ -65,6 +72,7 @@ def worker(
     queues: str | None,
     grace: float | None,
     log_level: str,
+    otel: bool,
 ) -> None:
     """Serve the flows that the MODULEs define, until SIGTERM or SIGINT.
 
@@ -76,7 +84,20 @@ def worker(
     )
     import_flow_modules(modules)
     served = [q for q in queues.split(",") if q] if queues else None
-    asyncio.run(serve(store, concurrency, lease_ttl, served, grace))
+    interceptors = [otel_interceptor()] if otel else []
+    asyncio.run(serve(store, concurrency, lease_ttl, served, grace, interceptors))
+
+
+def otel_interceptor() -> Interceptor:
+    """`sdk.otel.OtelInterceptor` on the global tracer and meter providers (set them up
+    with ``opentelemetry-instrument`` or the ``OTEL_*`` environment variables)."""
+    try:
+        from sdk.otel import OtelInterceptor
+    except ImportError as exc:
+        raise click.UsageError(
+            f"--otel needs OpenTelemetry: pip install 'steadyflow[otel]' ({exc})"
+        ) from None
+    return OtelInterceptor()
 
 
 def import_flow_modules(modules: tuple[str, ...]) -> None:
@@ -105,13 +126,15 @@ async def serve(
     lease_ttl: float,
     queues: list[str] | None,
     grace: float | None,
+    interceptors: Sequence[Interceptor] = (),
 ) -> None:
     """Run a worker until SIGTERM or SIGINT, then close the store."""
     store = options.open()
     try:
         worker = Worker(
-            store, concurrency=concurrency, lease_ttl=lease_ttl, queues=queues, grace_period=grace
-        )
+            store, concurrency=concurrency, lease_ttl=lease_ttl, queues=queues,
+            grace_period=grace, interceptors=interceptors,
+        )  # fmt: skip
     except InvalidArgument as exc:  # an option out of range: a usage error, not a crash
         await store.close()
         raise click.UsageError(str(exc)) from None

@@ -104,6 +104,7 @@ async def run_view(console: Console, run_id: str, *, everything: bool) -> dict[s
     steps = [r for r in export["journal"] if r.get("kind") == "step"]
     waits = current_waits(export) if record.status not in _ENDED else []
     human = record.status is RunStatus.WAITING_FOR_HUMAN
+    approvers = await client.approvers(run_id) if human else {}
     events = export["events"]
     checkpoints = list(reversed(export["checkpoints"]))
     return {
@@ -116,6 +117,7 @@ async def run_view(console: Console, run_id: str, *, everything: bool) -> dict[s
         "step_count": len(steps),
         "waits": waits,
         "human": human,
+        "approvers": approvers,
         "children": children,
         # the newest first: a replay or fork usually starts near the end
         "checkpoints": checkpoints if everything else checkpoints[:ROWS],

@@ -141,7 +141,13 @@ def routes() -> tuple[Route, ...]:
                                       "Levels of child flows shown with their own timelines."))),
         Route("GET", "/v1/runs/{run_id}/waits", "listRunWaits",
               "What a run waits for now: signals and approvals, sleeps, retry timers",
-              runs.run_waits, "runs", response=_list_of("waits", ref("CurrentWait")),
+              runs.run_waits, "runs",
+              response=_obj({"waits": {"type": "array", "items": ref("CurrentWait")},
+                             "approvers": {"type": "object", "additionalProperties": {
+                                 "type": "array", "items": {"type": "string"}},
+                                 "description": "Human wait name -> who may decide it "
+                                                "(only waits that name approvers)"}},
+                            "waits", "approvers"),
               params=(_RUN_ID,), errors=_RUN_ERRORS),
         Route("GET", "/v1/runs/{run_id}/export", "exportRun",
               "A run's record, journal, checkpoints and events (what testing.replay reads)",

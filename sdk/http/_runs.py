@@ -158,8 +158,12 @@ async def run_timeline(call: Call) -> dict[str, Any]:
 
 
 async def run_waits(call: Call) -> dict[str, Any]:
-    """``GET /v1/runs/{run_id}/waits``: what the run is parked on now."""
-    return {"waits": shapes(current_waits(await call.client.export(call.params["run_id"])))}
+    """``GET /v1/runs/{run_id}/waits``: what the run is parked on now, and who may
+    decide its human waits (those that name their approvers)."""
+    client, run_id = call.client, call.params["run_id"]
+    waits = shapes(current_waits(await client.export(run_id)))
+    approvers = await client.approvers(run_id)
+    return {"waits": waits, "approvers": {name: list(who) for name, who in approvers.items()}}
 
 
 async def export_run(call: Call) -> dict[str, Any]:

@@ -35,6 +35,13 @@ async def awaiting_decision(
 class DecisionChecks:
     """Approvals and denials reach only a run waiting for them, from whom the wait allows."""
 
+    async def test_the_approvers_of_a_parked_run_read_back_as_parked(self, store: Store) -> None:
+        other = Mailbox("ünïcode wait", human=True)
+        await awaiting_decision(store, "r1", {OK_BOX: ["ann", "bob"], other: ["cy"]})
+
+        assert await store.approvers("r1") == {OK_BOX: ("ann", "bob"), other: ("cy",)}
+        assert await store.approvers("no-such-run") == {}
+
     async def test_a_decision_wakes_the_run_waiting_for_it(self, store: Store) -> None:
         await awaiting_decision(store, "r1")
 
