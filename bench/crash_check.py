@@ -30,10 +30,10 @@ from stores import _fakelua
 from stores.redis import RedisStore
 from testing import FlowTestEnv, check_crash_everywhere
 
-__all__ = ["main", "measure"]
+__all__ = ["add", "drive", "main", "measure", "twenty"]
 
 
-@step(name="bench.crash_check.add")
+@step  # key "add#n": tests/test_crash_everywhere.py checks this flow by its step keys
 async def add(total: int, n: int) -> int:
     return total + n
 

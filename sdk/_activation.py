@@ -329,11 +329,12 @@ class Activation(FlowCalls):
     def _start_new(self) -> None:
         """Start the calls made so far that the journal has no outcome for."""
         now = self.clock.time()
+        hooked = bool(self.engine.interceptors)
         children: list[ChildOp] = []
         for op in self.cursor.take_new():
             if op.done or (op.fut is not None and op.fut.cancelled()):
                 continue  # canceled by the flow before it started
-            if isinstance(op, (WaitOp, SleepOp, ChildOp)) and self.engine.interceptors:
+            if hooked and isinstance(op, (WaitOp, SleepOp, ChildOp)):
                 try:
                     self._call_hooks(op)
                 except Abandon:

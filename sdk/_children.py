@@ -62,7 +62,9 @@ __all__ = [
     "ChildHandle",
     "ChildOp",
     "ChildWaitOp",
+    "child_run_id",
     "internal_channels",
+    "make_child_op",
     "run_child",
     "start_all",
     "start_child",
@@ -373,7 +375,7 @@ async def tell_parent(store: Store, clock: Clock, payload: dict[str, Any]) -> No
     """Deliver a child's end to its parent's mailbox (once: a dedup id)."""
     parent, child = payload["parent"], payload["child"]
     stored = await store.get_run(child) or await store.get_tombstone(child)
-    if stored is not None and stored.status not in _ENDED:
+    if stored is not None and not stored.status.is_terminal:
         return  # resumed meanwhile: it tells its parent again when it ends
     body = _outcome_payload(stored, child)
     await store.signal(
@@ -393,7 +395,7 @@ async def cancel_children(
     if parent is not None and parent.reason:
         why += f": {parent.reason}"
     for child in await store.list_runs(None, None, _LISTED, parent_run_id=run_id):
-        if child.status in _ENDED or child.abandon:
+        if child.status.is_terminal or child.abandon:
             continue
         # a request, as Client.cancel makes: the child may clean up too
         said = {"reason": why, "actor": None, "parent_run_id": run_id}
@@ -403,8 +405,3 @@ async def cancel_children(
                 run_id, EventType.CHILD_CANCELED, clock.time(),
                 dumps({"child_run_id": child.run_id, "reason": why}),
             )  # fmt: skip
-
-
-_ENDED = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELED})
-
-__all__ += ["child_run_id", "make_child_op"]

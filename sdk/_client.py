@@ -178,13 +178,13 @@ class Client(History, Lineages, EventSending, Queuing, ScheduleClient, Exporting
         tenant_id: str | None, cause: dict[str, Any] | None, concurrency_key: str | None,
         start_at: datetime | None, start_in: float | timedelta | None,
     ) -> tuple[RunHandle, bool]:  # fmt: skip
+        queues = self.registry.queues()
         new = new_run(
             fd, args, kwargs, self.serializer, run_id=run_id, priority=priority, queue=queue,
             tenant_id=tenant_id, options=options, now=self.clock.time(),
-            concurrency_key=concurrency_key, start_at=start_at, start_in=start_in,
-            queues=self.registry.queues(),
+            concurrency_key=concurrency_key, start_at=start_at, start_in=start_in, queues=queues,
         )  # fmt: skip
-        declared = self.registry.queues().get(new.queue)
+        declared = queues.get(new.queue)
         try:
             data = {"flow": new.flow, "queue": new.queue, "priority": priority, **(cause or {})}
             outcome = await self.store.create_run(

@@ -227,7 +227,7 @@ class ReplayCursor:
     ) -> NonDeterminismError:
         """The divergence at `pos`, with the diff of the recorded calls and the calls
         made (`NonDeterminismError`); remembered as `fatal` (the first one)."""
-        journal = {p: rec.key for p, rec in self.journal.by_pos.items() if p != CANCEL_POS}
+        journal = {p: rec.key for p, rec in self.journal.by_pos.items()}  # (no ~cancel)
         err = NonDeterminismError(
             self.run_id, pos, recorded, called, detail=detail, journal=journal,
             calls=self._made, flow=self.flow, flow_version=self.version,

@@ -106,8 +106,7 @@ class Dispatcher:
             return
         data = {"intent_id": claim.intent_id, "channel": intent.channel,
                 "idempotency_key": intent.idempotency_key, "attempt": claim.delivery}  # fmt: skip
-        point = f"~deliver:{intent.idempotency_key}"
-        if not self._hooks(intent.run_id, point, finished=False):
+        if self.interceptors and not self._hooks(intent, finished=False):
             return
         try:
             await cdef.handler(intent)
@@ -121,7 +120,7 @@ class Dispatcher:
         except Exception as exc:
             await self._failed(claim, intent, cdef, exc, data)
             return
-        if not self._hooks(intent.run_id, point, finished=True):
+        if self.interceptors and not self._hooks(intent, finished=True):
             return
         try:
             settled = await self.store.settle_intent(
@@ -138,8 +137,9 @@ class Dispatcher:
             log.info("intent %s: delivered, but it was canceled or settled meanwhile",
                      claim.intent_id)  # fmt: skip
 
-    def _hooks(self, run_id: str, point: str, *, finished: bool) -> bool:
+    def _hooks(self, intent: Intent, *, finished: bool) -> bool:
         """The interceptors around a delivery; False: one abandoned it."""
+        run_id, point = intent.run_id, f"~deliver:{intent.idempotency_key}"
         try:
             for hook in self.interceptors:
                 if finished:

@@ -9,6 +9,8 @@ reader blocks on the feed (with `idle` as its timeout, to notice a deleted run).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
@@ -19,9 +21,11 @@ from sdk.errors import RunNotFound
 if TYPE_CHECKING:
     from sdk._client import Client
 
-__all__ = ["follow_run"]
+__all__ = ["END", "follow_run", "read_ahead"]
 
 _PAGE = 100
+#: What `read_ahead` queues after the last item of its source.
+END = object()
 
 
 async def follow_run(
@@ -73,3 +77,29 @@ async def _news_of(client: Client, run_id: str, subscription: Any, idle: float) 
     raw, _ = await client.store.follow(subscription, idle, _PAGE)
     while raw and not any(r.run_id == run_id for r in raw):
         raw, _ = await client.store.follow(subscription, idle, _PAGE)
+
+
+@contextlib.asynccontextmanager
+async def read_ahead(source: AsyncIterator[Any]) -> AsyncIterator[asyncio.Queue[Any]]:
+    """A small queue a task fills from `source`: its items, then `END`, or the
+    exception it raised. A stream waits on the queue with a timeout to send
+    keep-alives while the source is quiet, and a slow client holds the task
+    back instead of growing a buffer. The task is cancelled on exit."""
+    queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=64)
+
+    async def read() -> None:
+        try:
+            async for item in source:
+                await queue.put(item)
+        except Exception as exc:
+            await queue.put(exc)
+        else:
+            await queue.put(END)
+
+    reader = asyncio.create_task(read())
+    try:
+        yield queue
+    finally:
+        reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reader

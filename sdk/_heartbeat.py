@@ -12,6 +12,7 @@ import os
 import socket
 from typing import TYPE_CHECKING
 
+from sdk._types import served_name
 from stores.protocol import WorkerBeat
 
 if TYPE_CHECKING:
@@ -47,7 +48,7 @@ class Heartbeat:
         now = self.clock.time()
         return WorkerBeat(
             worker_id=self.owner, host=socket.gethostname(), pid=os.getpid(),
-            flows=tuple(sorted(n if v is None else f"{n}@{v}" for n, v in self._served())),
+            flows=tuple(sorted(served_name(n, v) for n, v in self._served())),
             queues=None if self.queues is None else tuple(self.queues),
             concurrency=self.concurrency, in_flight=len(self._inflight),
             started_at=self._started_at, beat_at=now, expires_at=now + self.lease_ttl,

@@ -164,12 +164,12 @@ def emit(channel: str, payload: Any = None, *, key: str | None = None) -> str:
             "idempotency_key": idem, "created_at": act.clock.time(),
         }
     )  # fmt: skip
-    point = f"~emit:{idem}"
-    if act.engine.interceptors:  # a test kit may crash here: the intent is dropped
-        act.call_hooks(point, "emit", finished=False)
+    hooked = bool(act.engine.interceptors)
+    if hooked:  # a test kit may crash here: the intent is dropped
+        act.call_hooks(f"~emit:{idem}", "emit", finished=False)
     buffer.append(NewIntent(channel, idem, body))
-    if act.engine.interceptors:
-        act.call_hooks(point, "emit", finished=True)
+    if hooked:
+        act.call_hooks(f"~emit:{idem}", "emit", finished=True)
     return idem
 
 

@@ -30,7 +30,7 @@ from sdk.errors import InvalidArgument
 if TYPE_CHECKING:
     from sdk._client import Client
 
-__all__ = ["RunFilter", "RunPage", "decode_cursor", "encode_cursor", "page_runs"]
+__all__ = ["RunFilter", "RunPage", "cursor_after", "decode_cursor", "encode_cursor", "page_runs"]
 
 _Key = tuple[float, str]
 
@@ -93,7 +93,11 @@ def _key(run: RunRecord) -> _Key:
 
 def encode_cursor(run: RunRecord) -> str:
     """The cursor of the page that follows `run` (opaque to callers)."""
-    ts, run_id = _key(run)
+    return cursor_after(*_key(run))
+
+
+def cursor_after(ts: float, run_id: str) -> str:
+    """The cursor of the page that starts after the position ``(ts, run_id)``."""
     return base64.urlsafe_b64encode(json.dumps([ts, run_id]).encode()).decode().rstrip("=")
 
 

@@ -108,13 +108,20 @@ async def timeline(client: Client, run_id: str, *, depth: int = 1) -> TimelineEn
     """The run's timeline; child flows `depth` levels down get their own (0: listed
     as one line each). Raises `RunNotFound`, `CorruptRecord`."""
     export = await client.export(run_id)
-    record = await client.get(run_id)
+    return await _timeline(client, await client.get(run_id), export, depth)
+
+
+async def _timeline(
+    client: Client, record: RunRecord, export: dict[str, Any], depth: int
+) -> TimelineEntry:
+    """`timeline` of `record`'s run, whose `export` is given (a child's record is
+    the one `list_runs` gave: not read again)."""
     root = _run_entry(record, "run")
     root.entries.extend(_entries(export))
-    children = await client.list_runs(parent_run_id=run_id, limit=1000)
+    children = await client.list_runs(parent_run_id=record.run_id, limit=1000)
     for child in reversed(children):  # oldest first, as the entries they join
         if depth > 0:
-            sub = await timeline(client, child.run_id, depth=depth - 1)
+            sub = await _timeline(client, child, await client.export(child.run_id), depth - 1)
             root.entries.append(attrs.evolve(sub, kind="child"))
         else:
             root.entries.append(_run_entry(child, "child"))

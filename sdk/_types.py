@@ -292,5 +292,11 @@ class WorkerInfo:
     def serves(self, flow: str, queue: str, version: str | None = None) -> bool:
         """Whether it claims runs of `flow` started at `version` (None: unversioned)
         on `queue`."""
-        name = flow if version is None else f"{flow}@{version}"
-        return name in self.flows and (self.queues is None or queue in self.queues)
+        in_queue = self.queues is None or queue in self.queues
+        return in_queue and served_name(flow, version) in self.flows
+
+
+def served_name(flow: str, version: str | None) -> str:
+    """How `WorkerInfo.flows` names a served flow: its name for an unversioned
+    definition, ``name@version`` for a versioned one."""
+    return flow if version is None else f"{flow}@{version}"

@@ -129,6 +129,7 @@ class Worker(Heartbeat):
         # looked up in the registry at each poll (every version registered)
         self._given: dict[tuple[str, str | None], FlowDef] = {}
         self._flows = None if flows is None else [self._resolve(f) for f in flows]
+        self._pinned = {name for name, _ in self._given}  # names given only as functions
         self.engine = Engine(
             store=store,
             clock=self.clock,
@@ -207,30 +208,29 @@ class Worker(Heartbeat):
             return self._flows
         return list(self.registry.flows())
 
+    def _versions(self, name: str) -> dict[str | None, FlowDef]:
+        """The versions of flow `name` served here: those given as functions, or
+        (a name) every version registered."""
+        if name in self._pinned:
+            return {v: fd for (n, v), fd in self._given.items() if n == name}
+        if self._flows is not None and name not in self._flows:
+            return {}
+        return self.registry.versions(name)
+
     def _served(self) -> list[tuple[str, str | None]]:
         """The (flow, version) pairs this worker runs: a run is claimed only by a
         worker that has the code of the version it started on (version routing)."""
-        pairs = dict.fromkeys(self._given)
-        for name in self._served_names():
-            if not any(n == name for n, _ in self._given):
-                pairs.update(dict.fromkeys((name, v) for v in self.registry.versions(name)))
-        return list(pairs)
+        names = dict.fromkeys(self._served_names())  # a name given twice: once
+        return [(name, v) for name in names for v in self._versions(name)]
 
     def _flow(self, name: str, version: str | None) -> FlowDef | None:
         """The definition of flow `name` at `version` served here, or None."""
-        fd = self._given.get((name, version))
-        if fd is not None or (self._flows is not None and name not in self._flows):
-            return fd
-        if any(n == name for n, _ in self._given):
-            return None  # given as functions: only those versions
-        return self.registry.find_version(name, version)
+        return self._versions(name).get(version)
 
     def _current(self, name: str) -> FlowDef | None:
         """The newest served version of flow `name` (what its schedules start)."""
-        served = [v for n, v in self._served() if n == name]
-        if not served:
-            return None
-        return self._flow(name, max(served, key=version_order))
+        versions = self._versions(name)
+        return versions[max(versions, key=version_order)] if versions else None
 
     # -- one pass ------------------------------------------------------------------
 

@@ -299,24 +299,21 @@ class OtelInterceptor(Interceptor):
     # -- waits, sleeps, child starts, timers -------------------------------------------
 
     def call_started(self, run_id: str, key: str, kind: str) -> None:
-        if kind == "deliver":
-            return  # the dispatcher delivering an intent: not a part of an activation
         self._event(run_id, "steadyflow.call.started", key, kind)
 
     def call_finished(self, run_id: str, key: str, kind: str) -> None:
-        if kind == "deliver":
-            return
         self._event(run_id, "steadyflow.call.finished", key, kind)
 
     def _event(self, run_id: str, name: str, key: str, kind: str, **more: Any) -> None:
         live = self._live.get(run_id)
-        if live is not None:
-            span = live.span
-            if kind == "emit":  # in a step's body: its span (or the step's own) is current
-                current = trace.get_current_span()
-                if current.is_recording():
-                    span = current
-            span.add_event(name, {"steadyflow.call_key": key, "steadyflow.call_kind": kind, **more})
+        if live is None or kind == "deliver":  # a delivery: not a part of an activation
+            return
+        span = live.span
+        if kind == "emit":  # in a step's body: its span (or the step's own) is current
+            current = trace.get_current_span()
+            if current.is_recording():
+                span = current
+        span.add_event(name, {"steadyflow.call_key": key, "steadyflow.call_kind": kind, **more})
 
     def timer_fired(self, run_id: str, key: str, kind: str, due: float, fired: float) -> None:
         lag = max(fired - due, 0.0)

@@ -107,7 +107,7 @@ def _local_default() -> str:
     The one place that chooses (the README's demo, the worker and the CLI all
     come here): a newcomer with nothing but Python gets a working store.
     """
-    from stores._embedded import embedded_available, reachable
+    from stores._embedded import data_dir, embedded_available, reachable
 
     url = os.environ.get(DEFAULT_REDIS_VARIABLE) or DEFAULT_URL
     if reachable(url):
@@ -120,12 +120,6 @@ def _local_default() -> str:
         return url
     _log.warning(
         "steadyflow: no Redis answers at %s and %s is unset: using the embedded server "
-        "(embedded://, data in %s)", url, STORE_VARIABLE, _default_dir()
+        "(embedded://, data in %s)", url, STORE_VARIABLE, data_dir("")
     )  # fmt: skip
     return "embedded://"
-
-
-def _default_dir() -> str:
-    from stores._embedded import data_dir
-
-    return str(data_dir(""))

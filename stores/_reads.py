@@ -141,7 +141,7 @@ class Reads(RedisBase):
         for box, who in found.items():
             if _decode.unreadable(box) or _decode.unreadable(who) or box[:2] not in ("h:", "s:"):
                 raise CorruptData(run_id, key, f"entry {_decode.show(box)} cannot be read")
-            out[Mailbox(box[2:], human=box[0] == "h")] = tuple(w for w in who.split("\n") if w)
+            out[_decode.parse_mailbox(box)] = tuple(w for w in who.split("\n") if w)
         return out
 
     async def checkpoints(self, run_id: str) -> list[StoredCheckpoint]:

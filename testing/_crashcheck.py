@@ -12,6 +12,7 @@ delivery after the handler ran.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
@@ -165,11 +166,12 @@ async def _check(
     drive: Drive | None,
     registry: Registry | None,
 ) -> CrashReport:
-    clean = await _trial(shared, flow, args, kwargs, drive, registry, None)
+    trial = functools.partial(_trial, shared, flow, args, kwargs, drive, registry)
+    clean = await trial(None)
     reexecutions: Counter[str] = Counter()
     redeliveries: Counter[str] = Counter()
     for point in clean.probe.points:
-        crashed = await _trial(shared, flow, args, kwargs, drive, registry, point)
+        crashed = await trial(point)
         if crashed.probe.crashed is None:
             raise AssertionError(
                 f"crash {point}: the run never reached that point again; the flow does "
@@ -209,8 +211,7 @@ class _Probe(Interceptor):
     """Notes the intercept points reached, and each run of a step's body."""
 
     def __init__(self) -> None:
-        self.points: list[CrashPoint] = []
-        self._seen: set[CrashPoint] = set()
+        self.points: dict[CrashPoint, None] = {}  # in the order first reached
         self.runs: Counter[tuple[str, str]] = Counter()  # (run id, step key) -> bodies run
         self.deliveries: Counter[str] = Counter()  # "~deliver:" point key -> handlers called
         self.run_ids: set[str] = set()
@@ -220,10 +221,7 @@ class _Probe(Interceptor):
         self.recorded_at_crash: frozenset[str] = frozenset()  # step keys of `crash_run`
 
     def _reached(self, key: str, when: Literal["before", "after"]) -> None:
-        point = CrashPoint(key, when)
-        if point not in self._seen:
-            self._seen.add(point)
-            self.points.append(point)
+        self.points.setdefault(CrashPoint(key, when))
 
     # The env's crash interceptor comes first: a body the crash stops before
     # it runs is not counted, one it cuts off after it ran is.
@@ -307,46 +305,34 @@ async def _trial(
     registry: Registry | None,
     point: CrashPoint | None,
 ) -> _Trial:
-    store = await shared.store()
-    try:
-        return await _run(shared, store, flow, args, kwargs, drive, registry, point)
-    finally:
-        await store.close()
-
-
-async def _run(
-    shared: _Shared,
-    store: RedisStore,
-    flow: Callable[..., Any] | str,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    drive: Drive | None,
-    registry: Registry | None,
-    point: CrashPoint | None,
-) -> _Trial:
+    """One run of the flow on an empty store, crashed at `point` (None: the clean run)."""
     probe = _Probe()
     what = "the run without a crash" if point is None else f"crash {point}"
+    store = await shared.store()
     env = _Env(probe, shared.clock(), store, registry=registry, lease_ttl=_LEASE_TTL)
-    async with env:
-        if point is not None:
-            env.crash_at(point.key, point.when)
-        options = dict(kwargs)
-        options.setdefault("run_id", _RUN_ID)
-        handle = await env.start(flow, *args, **options)
-        await env.run_until_idle()
-        if drive is not None:
-            await drive(env, handle.run_id)
-        record = await env.client.get(handle.run_id)
-        if env.recovered and not record.status.is_terminal:
-            # The recovery moved the clock past the lease: whatever the drive
-            # made due was pushed back by as much.
-            await env.advance(_LEASE_TTL + 1)
+    try:
+        async with env:
+            if point is not None:
+                env.crash_at(point.key, point.when)
+            options = dict(kwargs)
+            options.setdefault("run_id", _RUN_ID)
+            handle = await env.start(flow, *args, **options)
+            await env.run_until_idle()
+            if drive is not None:
+                await drive(env, handle.run_id)
             record = await env.client.get(handle.run_id)
-        if not record.status.is_terminal:
-            hint = "" if drive is not None else " (give a `drive` that sends what it waits for)"
-            raise AssertionError(f"{what}: the run did not finish: it is {record.status}{hint}")
-        intents = {run_id: await _intents(env, run_id) for run_id in sorted(probe.run_ids)}
-        return _Trial(probe, (record.status, record.result, record.error), intents)
+            if env.recovered and not record.status.is_terminal:
+                # The recovery moved the clock past the lease: whatever the drive
+                # made due was pushed back by as much.
+                await env.advance(_LEASE_TTL + 1)
+                record = await env.client.get(handle.run_id)
+            if not record.status.is_terminal:
+                hint = "" if drive is not None else " (give a `drive` that sends what it waits for)"
+                raise AssertionError(f"{what}: the run did not finish: it is {record.status}{hint}")
+            intents = {run_id: await _intents(env, run_id) for run_id in sorted(probe.run_ids)}
+            return _Trial(probe, (record.status, record.result, record.error), intents)
+    finally:
+        await store.close()
 
 
 async def _intents(env: FlowTestEnv, run_id: str) -> list[_IntentView]:
@@ -367,12 +353,6 @@ class _Env(FlowTestEnv):
         self._interceptors.append(probe)  # after the crash interceptor
         self._crashes.on_fire = probe.crash
         self.recovered = False
-
-    async def __aenter__(self) -> _Env:
-        await super().__aenter__()
-        # deliveries are intercept points too (the worker's dispatcher runs them)
-        self.worker.dispatcher.interceptors = self._interceptors
-        return self
 
     async def run_until_idle(self) -> None:
         await super().run_until_idle()

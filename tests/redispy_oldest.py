@@ -34,37 +34,49 @@ TESTS = [
 ]
 
 
-def oldest() -> str:
-    """The lower bound of the ``redis`` requirement in pyproject.toml."""
+def lower_bound(name: str, group: str | None = None) -> str:
+    """The lower bound of the requirement `name` in pyproject.toml: among the
+    dependencies, or those of the optional-dependency `group`."""
     with open(ROOT / "pyproject.toml", "rb") as f:
-        deps = tomllib.load(f)["project"]["dependencies"]
-    (spec,) = [d for d in deps if re.match(r"redis\b", d)]
+        project = tomllib.load(f)["project"]
+    deps = project["dependencies"] if group is None else project["optional-dependencies"][group]
+    (spec,) = [d for d in deps if re.match(rf"{name}\b", d)]
     match = re.search(r">=\s*([\w.]+)", spec)
     if match is None:
         raise SystemExit(f"no lower bound in {spec!r}")
     return match.group(1)
 
 
-def main() -> int:
-    version = oldest()
-    target = ROOT / ".venv" / f"redis-py-{version}"
-    if not (target / "redis").is_dir():
+def run_on(
+    dist: str, version: str, label: str, tests: list[str], *, pip: list[str], pytest: list[str]
+) -> int:
+    """Run pytest on `tests` with `dist`=={version} first on ``sys.path``: installed
+    (pip options `pip`) into ``.venv/<label>-<version>``, kept between runs."""
+    target = ROOT / ".venv" / f"{label}-{version}"
+    if not (target / dist).is_dir():
         subprocess.run(
             [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-             "--target", str(target), f"redis=={version}"],
+             *pip, "--target", str(target), f"{dist}=={version}"],
             check=True,
         )  # fmt: skip
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(target), str(ROOT)])}
+    ask = f"from importlib.metadata import version; print(version({dist!r}))"
     got = subprocess.run(
-        [sys.executable, "-c", "import redis; print(redis.__version__)"],
+        [sys.executable, "-c", ask],
         env=env, check=True, capture_output=True, text=True,
     ).stdout.strip()  # fmt: skip
     if got != version:
-        raise SystemExit(f"expected redis-py {version} first on the path, got {got}")
-    print(f"redis-py {got} (oldest supported)", flush=True)
+        raise SystemExit(f"expected {label} {version} first on the path, got {got}")
+    print(f"{label} {got} (oldest supported)", flush=True)
     args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-            "-k", "not memory", *TESTS, *sys.argv[1:]]  # fmt: skip
+            *pytest, *tests, *sys.argv[1:]]  # fmt: skip
     return subprocess.run(args, env=env, cwd=ROOT).returncode
+
+
+def main() -> int:
+    return run_on(
+        "redis", lower_bound("redis"), "redis-py", TESTS, pip=[], pytest=["-k", "not memory"]
+    )
 
 
 if __name__ == "__main__":

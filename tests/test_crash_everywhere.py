@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from bench.crash_check import add, drive, twenty
 from examples import agent as agent_example
 from examples import checkout as checkout_example
 from examples.agent import agent
@@ -102,32 +103,9 @@ async def test_orders_survive_a_crash_at_every_point_including_child_starts() ->
     assert warehouse.stock == {"apple": 8, "pear": 4, "plum": 0}  # held once, every time
 
 
-@step
-async def add(total: int, n: int) -> int:
-    return total + n
-
-
-# the yardstick of bench/crash_check.py (issue 11), under this module's names
-@flow(name="tests.crash_everywhere.twenty")
-async def twenty_steps() -> int:
-    total = 0
-    for n in range(10):
-        total = await add(total, n)
-    total += await wait_for("bonus")
-    await sleep(60)
-    for n in range(10, 20):
-        total = await add(total, n)
-    return total
-
-
-async def bonus_then_sleep(env: FlowTestEnv, run_id: str) -> None:
-    await env.client.signal(run_id, "bonus", 1000)
-    await env.run_until_idle()
-    await env.advance(60)
-
-
+# the yardstick of bench/crash_check.py (issue 11)
 async def test_a_twenty_step_flow_with_a_signal_and_a_sleep_is_checked_at_every_point() -> None:
-    report = await check_crash_everywhere(twenty_steps, drive=bonus_then_sleep)
+    report = await check_crash_everywhere(twenty, drive=drive)
     assert report.outcome == (RunStatus.COMPLETED, sum(range(20)) + 1000, None)
     assert report.tried == 22 * 2  # before and after each step, the wait and the sleep
     assert report.reexecutions == {f"add#{n}": 1 for n in range(1, 21)}

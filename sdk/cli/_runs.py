@@ -167,7 +167,8 @@ async def _show(client: Client, run_id: str) -> dict[str, Any]:
     waits = []
     if run.status in _PARKED_OR_RUNNING:
         waits = current_waits(await client.export(run_id))
-    approvers = await client.approvers(run_id)
+    human = run.status is RunStatus.WAITING_FOR_HUMAN  # else no approvers: no second read
+    approvers = await client.approvers(run_id) if human else {}
     serving = [w for w in await client.workers() if w.serves(run.flow, run.queue, run.flow_version)]
     queue = next((q for q in await client.queues() if q.name == run.queue), None)
     return {

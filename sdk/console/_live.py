@@ -9,7 +9,6 @@ update, and a burst of events costs one refresh (`THROTTLE`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -17,7 +16,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from sdk._follow import follow_run
+from sdk._follow import END, follow_run, read_ahead
 from sdk.console._state import Console
 from sdk.errors import RunNotFound, SteadyflowError
 
@@ -25,8 +24,6 @@ __all__ = ["THROTTLE", "run_live", "runs_live"]
 
 #: Seconds between two "changed" messages of a stream, at least.
 THROTTLE = 0.5
-_END = object()
-_FAILED = object()
 
 
 def _stream(source: AsyncIterator[Any], keepalive: float) -> StreamingResponse:
@@ -35,26 +32,16 @@ def _stream(source: AsyncIterator[Any], keepalive: float) -> StreamingResponse:
     browser's ``EventSource`` reconnects)."""
 
     async def messages() -> AsyncIterator[str]:
-        queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=64)
+        # (an error, a store outage: close without "end", and the browser reconnects)
+        async with read_ahead(source) as queue:
 
-        async def read() -> None:
-            try:
-                async for item in source:
-                    await queue.put(item)
-            except Exception:  # (a store outage) close without "end": the browser reconnects
-                await queue.put(_FAILED)
-            else:
-                await queue.put(_END)
+            def drained(item: Any) -> Any:
+                """`item`, or the end that the items queued behind it hold."""
+                while not queue.empty() and item is not END and not isinstance(item, Exception):
+                    item = queue.get_nowait()
+                return item
 
-        def drained(item: Any) -> Any:
-            """`item`, or the end that the items queued behind it hold."""
-            while not queue.empty() and item not in (_END, _FAILED):
-                item = queue.get_nowait()
-            return item
-
-        reader = asyncio.create_task(read())
-        last = -THROTTLE
-        try:
+            last = -THROTTLE
             yield "retry: 2000\n\n"
             while True:
                 try:
@@ -63,23 +50,19 @@ def _stream(source: AsyncIterator[Any], keepalive: float) -> StreamingResponse:
                     yield ": keep-alive\n\n"
                     continue
                 item = drained(item)
-                if item is _FAILED:
+                if isinstance(item, Exception):
                     return
-                if item is not _END:
+                if item is not END:
                     # one message for a burst: wait out the rest of the interval first
                     await asyncio.sleep(max(THROTTLE - (time.monotonic() - last), 0.0))
                     item = drained(item)
                 last = time.monotonic()
-                if item is _FAILED:
+                if isinstance(item, Exception):
                     return
                 yield "event: changed\ndata: {}\n\n"
-                if item is _END:
+                if item is END:
                     yield "event: end\ndata: {}\n\n"
                     return
-        finally:
-            reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await reader
 
     return StreamingResponse(
         messages(),

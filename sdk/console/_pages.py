@@ -4,8 +4,6 @@ workers; and signing in and out."""
 from __future__ import annotations
 
 import asyncio
-import base64
-import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -13,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from sdk._jsonshapes import shapes
-from sdk._runpages import RunFilter, page_runs
+from sdk._runpages import RunFilter, cursor_after, page_runs
 from sdk._types import RunRecord, RunStatus
 from sdk.console._auth import COOKIE, actor_of, csrf_ok, form_of, safe_next, ui_of
 from sdk.console._render import page
@@ -40,10 +38,8 @@ def _utc(text: str, what: str) -> datetime:
 
 
 def _before(at: datetime) -> str:
-    """A runs-page cursor that starts the listing just after `at` (older runs only);
-    the format of `sdk._runpages.encode_cursor`."""
-    raw = json.dumps([at.timestamp(), "\U0010ffff"]).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    """A runs-page cursor that starts the listing just after `at` (older runs only)."""
+    return cursor_after(at.timestamp(), "\U0010ffff")  # after every run id of that instant
 
 
 async def runs(request: Request, console: Console, actor: str) -> Response:

@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from sdk._jsonshapes import shape
-from sdk._timeline import TimelineEntry, _entries, _run_entry, _time, current_waits
+from sdk._timeline import TimelineEntry, _entries, _run_entry, _start, _time, current_waits
 from sdk._types import RunStatus
 from sdk.console._render import gantt, page
 from sdk.console._state import Console
@@ -96,7 +96,7 @@ async def run_view(console: Console, run_id: str, *, everything: bool) -> dict[s
     root = _run_entry(record, "run")
     root.entries.extend(_entries(export))
     root.entries.extend(_run_entry(c, "child") for c in children)
-    root.entries.sort(key=lambda e: e.started_at.timestamp() if e.started_at else float("inf"))
+    root.entries.sort(key=_start)
     now = datetime.now(UTC)
     acts = _activations(export["events"])
     rows = gantt(TimelineEntry("run", root.label, root.status, root.started_at, root.ended_at,

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -11,6 +9,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute
 from starlette.routing import Route as StarletteRoute
 
+from sdk._checks import check_seconds
 from sdk._client import Client
 from sdk.errors import InvalidArgument
 from sdk.http._auth import TOKENS_VARIABLE, Authenticate, BearerTokens
@@ -86,9 +85,8 @@ def create_app(
         )
     if isinstance(max_body, bool) or not isinstance(max_body, int) or max_body < 1:
         raise InvalidArgument(f"create_app(): max_body must be a positive int, got {max_body!r}")
-    for name, value in (("sse_keepalive", sse_keepalive), ("sse_idle", sse_idle)):
-        if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
-            raise InvalidArgument(f"create_app(): {name} must be positive seconds, got {value!r}")
+    check_seconds(sse_keepalive, "create_app(): sse_keepalive", positive=True)
+    check_seconds(sse_idle, "create_app(): sse_idle", positive=True)
     settings = Settings(client, authenticate, insecure_local, max_body, sse_keepalive, sse_idle)
     # A run id may hold "/" (sent as is or as %2F: the server decodes it), so
     # it matches as a Starlette "path"; the routes that end at the run id come

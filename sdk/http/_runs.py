@@ -14,7 +14,7 @@ from sdk._jsonshapes import run_page_shape, shape, shapes, timeline_shape
 from sdk._runpages import RunFilter, page_runs
 from sdk._serde import dumps
 from sdk._timeline import current_waits, timeline
-from sdk._types import RunOptions
+from sdk._types import RunOptions, RunStatus
 from sdk.errors import FlowNotFound, InvalidArgument
 from sdk.http._problems import ApiError, ErrorCode
 from sdk.http._routing import Call
@@ -161,8 +161,11 @@ async def run_waits(call: Call) -> dict[str, Any]:
     """``GET /v1/runs/{run_id}/waits``: what the run is parked on now, and who may
     decide its human waits (those that name their approvers)."""
     client, run_id = call.client, call.params["run_id"]
-    waits = shapes(current_waits(await client.export(run_id)))
-    approvers = await client.approvers(run_id)
+    export = await client.export(run_id)
+    waits = shapes(current_waits(export))
+    # only a run parked on a human wait has approvers: else no second read of the run
+    human = export["record"]["status"] == RunStatus.WAITING_FOR_HUMAN.value
+    approvers = await client.approvers(run_id) if human else {}
     return {"waits": waits, "approvers": {name: list(who) for name, who in approvers.items()}}
 
 

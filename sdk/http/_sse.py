@@ -13,14 +13,13 @@ reconnecting ``EventSource``) takes the place of the ``cursor`` parameter.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
-from sdk._follow import follow_run
+from sdk._follow import END, follow_run, read_ahead
 from sdk._jsonshapes import shape
 from sdk._serde import dumps
 from sdk._types import Event
@@ -32,7 +31,6 @@ if TYPE_CHECKING:
 __all__ = ["event_stream", "wants_stream"]
 
 EVENT_STREAM = "text/event-stream"
-_END = object()
 
 
 def wants_stream(request: Request) -> bool:
@@ -56,19 +54,8 @@ async def event_stream(call: Call, run_id: str, cursor: str | None) -> Streaming
     unavailable = client.store.is_unavailable
 
     async def messages() -> AsyncIterator[str]:
-        queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=64)
-
-        async def read() -> None:
-            try:
-                async for event in follow_run(client, run_id, cursor=cursor, idle=idle):
-                    await queue.put(event)
-            except Exception as exc:
-                await queue.put(exc)
-            else:
-                await queue.put(_END)
-
-        reader = asyncio.create_task(read())
-        try:
+        source = follow_run(client, run_id, cursor=cursor, idle=idle)
+        async with read_ahead(source) as queue:
             yield ": following run events\nretry: 2000\n\n"
             while True:
                 try:
@@ -76,7 +63,7 @@ async def event_stream(call: Call, run_id: str, cursor: str | None) -> Streaming
                 except TimeoutError:
                     yield ": keep-alive\n\n"
                     continue
-                if item is _END:
+                if item is END:
                     yield "event: end\ndata: {}\n\n"
                     return
                 if isinstance(item, Exception):
@@ -84,10 +71,6 @@ async def event_stream(call: Call, run_id: str, cursor: str | None) -> Streaming
                     yield f"event: error\ndata: {dumps(problem_body(problem))}\n\n"
                     return
                 yield frame(item)
-        finally:
-            reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await reader
 
     return StreamingResponse(
         messages(),

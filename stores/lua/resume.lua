@@ -19,17 +19,18 @@ if not bad then where, bad = intents_mistyped(id) end
 if bad then return err('corrupt', where, bad) end
 if not st then return err('not_found') end
 local version = ARGV[6] or ''
-if version ~= '' and (st == 'pending' or st == 'replaying'
-    or (st == 'running' and not redis.call('ZSCORE', P .. K.leases, id))) then
-  redis.call('HSET', KEYS[1], 'flow_version', version)
+local queued = version ~= '' and (st == 'pending' or st == 'replaying'
+    or (st == 'running' and not redis.call('ZSCORE', P .. K.leases, id)))
+if not (queued or st == 'failed' or st == 'canceled' or st == 'waiting_for_signal'
+        or st == 'waiting_for_human') then
+  return err('transition', st, 'running')
+end
+if version ~= '' then redis.call('HSET', KEYS[1], 'flow_version', version) end
+if queued then
   emit(id, 'run.resumed', ARGV[4], '', ARGV[5])
   local q = redis.call('HGET', KEYS[1], 'queue')
   if redis.call('ZSCORE', P .. K.queue .. q, id) then nudge(q) end
   return {1}
-end
-if not (st == 'failed' or st == 'canceled' or st == 'waiting_for_signal'
-        or st == 'waiting_for_human') then
-  return err('transition', st, 'running')
 end
 local head = tonumber(redis.call('HGET', KEYS[1], 'cp_n') or '0')
 if TERMINAL[st] and head > 0 then head = head - 1 end  -- the one before run_finished
@@ -49,16 +50,17 @@ redis.call('HDEL', KEYS[1], 'result', 'result_type', 'error', 'reason', 'finishe
            'expires_at')
 redis.call('ZREM', P .. K.expiry, id)
 redis.call('HSET', KEYS[1], 'recoveries', '0', 'resume_from_checkpoint_id', head)
-if version ~= '' then redis.call('HSET', KEYS[1], 'flow_version', version) end
 redis.call('DEL', P .. K.done .. id)
 move(id, 'running', true)
 emit(id, 'run.resumed', ARGV[4], '', ARGV[5])
 if st == 'canceled' then restore_intents(id, ARGV[4]) end
 redis.call('DEL', P .. K.waits .. id)
 redis.call('ZREM', P .. K.timers, id)
--- an ended run starts over with its whole timeout; a waiting one keeps its deadline
-if TERMINAL[st] then arm(id, ARGV[4]) end
--- an ended run's cancel request is over (a waiting one's still stands)
-if TERMINAL[st] then redis.call('HDEL', KEYS[1], 'cancel_reason', 'cancel_at', 'cancel_ev') end
+-- an ended run starts over with its whole timeout, and its cancel request is
+-- over; a waiting one keeps its deadline (and its request still stands)
+if TERMINAL[st] then
+  arm(id, ARGV[4])
+  redis.call('HDEL', KEYS[1], 'cancel_reason', 'cancel_at', 'cancel_ev')
+end
 enqueue(id)
 return {1}
