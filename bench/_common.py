@@ -196,6 +196,24 @@ def counting(store: RedisStore) -> Counter:
     return counter
 
 
+def _resp_commands(raw: bytes) -> list[tuple[bytes, bytes | None]]:
+    """The (name, first argument) of each RESP command packed in `raw`."""
+    out: list[tuple[bytes, bytes | None]] = []
+    at = 0
+    while at < len(raw):
+        end = raw.index(b"\r\n", at)
+        n = int(raw[at + 1 : end])  # "*N"
+        at = end + 2
+        args: list[bytes] = []
+        for _ in range(n):
+            end = raw.index(b"\r\n", at)
+            size = int(raw[at + 1 : end])  # "$n"
+            args.append(raw[end + 2 : end + 2 + size])
+            at = end + 2 + size + 2
+        out.append((args[0], args[1] if len(args) > 1 else None))
+    return out
+
+
 def _counting_class(base: type, counter: Counter) -> type:
     def count(name_arg: Any, sha_arg: Any) -> None:
         name = name_arg.decode() if isinstance(name_arg, bytes) else str(name_arg)
@@ -217,10 +235,10 @@ def _counting_class(base: type, counter: Counter) -> type:
             counter.round_trips += 1
             if not self._packed_here:
                 # packed without pack_command: the store's script lane (one
-                # command: "*N", "$n", name, "$n", sha, ...)
+                # command, or a pipelined batch of them, each "*N", "$n", name, ...)
                 raw = command if isinstance(command, bytes) else b"".join(command)
-                parts = raw.split(b"\r\n", 5)
-                count(parts[2], parts[4] if len(parts) > 4 else None)
+                for name, sha in _resp_commands(raw):
+                    count(name, sha)
             self._packed_here = False
             await super().send_packed_command(command, check_health)
 

@@ -2,13 +2,17 @@
 
 The flow is issue 11's yardstick: 20 steps, a signal between the tenth and
 the eleventh, then a sleep. The check runs it once clean and once per crash
-point (44: before and after each step, the wait and the sleep). Every store
-the check opens is counted (client side, as `bench.roundtrips` counts): round
-trips per named script, in total and per run of the flow. The figure to read
-is CPU seconds (the check is one busy thread): on a shared machine the wall
-clock also counts the other processes' turns.
+point (44: before and after each step, the wait and the sleep). One check is
+counted: every store it opens (client side, as `bench.roundtrips` counts:
+round trips per named script, in total and per run of the flow) and every
+Redis command its scripts run (``redis.call``, and how many of them the
+``memory://`` read lane answered: `stores._fakelua`). The others are timed,
+uncounted. The figure to read is CPU seconds (the check is one busy thread):
+on a shared machine the wall clock also counts the other processes' turns.
+``--no-read-lane`` times the check with every command going through
+fakeredis's own command layer, for comparison on the same machine.
 
-    python bench/crash_check.py [--repeat 3] [--json]
+    python bench/crash_check.py [--repeat 3] [--no-read-lane] [--json]
     python -m bench.crash_check
 """
 
@@ -18,6 +22,7 @@ import asyncio
 import collections
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +35,7 @@ from stores import _fakelua
 from stores.redis import RedisStore
 from testing import FlowTestEnv, check_crash_everywhere
 
-__all__ = ["add", "drive", "main", "measure", "twenty"]
+__all__ = ["add", "drive", "main", "measure", "timed", "twenty"]
 
 
 @step  # key "add#n": tests/test_crash_everywhere.py checks this flow by its step keys
@@ -56,36 +61,59 @@ async def drive(env: FlowTestEnv, run_id: str) -> None:
     await env.advance(61)
 
 
+async def timed() -> dict[str, Any]:
+    """One check of `twenty`, uncounted: its points, wall and CPU seconds."""
+    started, cpu = time.perf_counter(), time.process_time()
+    report = await check_crash_everywhere(twenty, drive=drive)
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
+    return {"points": report.tried, "seconds": round(elapsed, 3), "cpu_seconds": round(cpu, 3)}
+
+
 async def measure() -> dict[str, Any]:
-    """One check of `twenty`, every store it opens counted."""
+    """One check of `twenty`, every store it opens and every command its scripts run counted."""
     counters: list[Counter] = []
-    opener = _fakelua.memory_store
+    calls = {"in_script": 0, "slow": 0}  # every redis.call; those fakeredis's layer answered
+    opener, lane = _fakelua.memory_store, _fakelua._Server._read_lane
 
     def counted_store(*args: Any, **kwargs: Any) -> RedisStore:
         store = opener(*args, **kwargs)
         counters.append(counting(store))
         return store
 
+    def counted_lane(server: Any, slow: Callable[..., Any]) -> Callable[..., Any]:
+        def counted_slow(*args: Any) -> Any:
+            calls["slow"] += 1
+            return slow(*args)
+
+        call = lane(server, counted_slow)
+
+        def counted(*args: Any) -> Any:
+            calls["in_script"] += 1
+            return call(*args)
+
+        return counted
+
     _fakelua.memory_store = counted_store  # the check opens each run's store with it
+    _fakelua._Server._read_lane = counted_lane  # type: ignore[method-assign,assignment]
     try:
-        started, cpu = time.perf_counter(), time.process_time()
-        report = await check_crash_everywhere(twenty, drive=drive)
-        elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
+        figures = await timed()
     finally:
         _fakelua.memory_store = opener
+        _fakelua._Server._read_lane = lane  # type: ignore[method-assign]
     scripts: collections.Counter[str] = collections.Counter()
     for c in counters:
         scripts.update(c.scripts)
     runs = len(counters)
     trips = sum(c.round_trips for c in counters)
     return {
-        "points": report.tried,
-        "seconds": round(elapsed, 3),
-        "cpu_seconds": round(cpu, 3),
+        **figures,
         "runs": runs,
         "round_trips": trips,
         "round_trips_per_run": round(trips / runs, 1),
         "scripts_per_run": {k: round(v / runs, 1) for k, v in sorted(scripts.items())},
+        "in_script_commands": calls["in_script"],
+        "in_script_commands_per_run": round(calls["in_script"] / runs, 1),
+        "read_lane_share": round(1 - calls["slow"] / max(calls["in_script"], 1), 3),
     }
 
 
@@ -93,13 +121,25 @@ async def main() -> None:
     import argparse
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--repeat", type=int, default=3, help="checks to run (the best is shown)")
+    p.add_argument("--repeat", type=int, default=3, help="timed checks to run (the best is shown)")
+    p.add_argument(
+        "--no-read-lane", action="store_true",
+        help="time the checks with memory://'s read lane off (every command through fakeredis)",
+    )  # fmt: skip
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
     a = p.parse_args()
-    results = [await measure() for _ in range(a.repeat)]
-    best = min(results, key=lambda r: r["cpu_seconds"])
+    lane = _fakelua._READS
+    if a.no_read_lane:
+        _fakelua._READS = None  # servers made from now on answer every command the usual way
+    try:
+        counted = await measure()
+        results = [await timed() for _ in range(a.repeat)]
+    finally:
+        _fakelua._READS = lane
+    best = {**counted, **min(results, key=lambda r: r["cpu_seconds"])}
     best["seconds_all"] = [r["seconds"] for r in results]
     best["cpu_seconds_all"] = [r["cpu_seconds"] for r in results]
+    best["read_lane"] = not a.no_read_lane
     if a.json:
         emit("crash_check", best, True)
         return
@@ -110,6 +150,10 @@ async def main() -> None:
     print(f"wall seconds, same runs: {best['seconds']}  (all: {best['seconds_all']})")
     print(f"runs of the flow:    {best['runs']} ({best['round_trips']} round trips, "
           f"{best['round_trips_per_run']} per run)")  # fmt: skip
+    lane_state = "off" if a.no_read_lane else "on"
+    print(f"commands in scripts: {best['in_script_commands']} "
+          f"({best['in_script_commands_per_run']} per run; read lane {lane_state}: "
+          f"{best['read_lane_share']:.0%} of them)")  # fmt: skip
     print("round trips per run, by script:")
     for name, n in best["scripts_per_run"].items():
         print(f"  {name:<16} {n}")

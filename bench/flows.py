@@ -7,12 +7,14 @@ processes agree on them.
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 from sdk import flow, step, wait_for
 
 __all__ = [
     "chain",
+    "gathered",
     "noop",
     "noop_plain",
     "one_step",
@@ -66,6 +68,12 @@ async def chain(n: int) -> int:
     for i in range(n):
         await noop(i)
     return n
+
+
+@flow(name="bench.gathered")
+async def gathered(n: int) -> int:
+    """`n` trivial steps at once: ``asyncio.gather`` of them."""
+    return sum(await asyncio.gather(*(noop(i) for i in range(n))))
 
 
 @flow(name="bench.replay_then_wait")

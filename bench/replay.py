@@ -14,7 +14,9 @@ with each phase timed:
 - total = load + parse + replay + conclude.
 
 A second pass times the same re-activation end to end through
-``Worker.run_until_idle`` (its loop's polls included).
+``Worker.run_until_idle`` (its loop's polls included), with the worker's sticky
+cache off, so that it replays too (``python -m bench.wakeups`` compares replay
+with a kept activation).
 
     python -m bench.replay [--steps 1000] [--runs 20] [--store URL] [--profile]
 """
@@ -69,7 +71,8 @@ async def measure(
     journal_bytes = 0
     async with bench_store(url, new_prefix("replay"), **store_kwargs) as store:
         client = Client(store)
-        worker = Worker(store, [flows.replay_then_wait], concurrency=runs)
+        # no sticky cache: every wake-up replays (bench.wakeups measures the kept path)
+        worker = Worker(store, [flows.replay_then_wait], concurrency=runs, sticky_cache=0)
         handles = [await client.start(flows.replay_then_wait, steps) for _ in range(2 * runs)]
         await worker.run_until_idle()  # every run now waits at "go" with `steps` records
         for h in handles:

@@ -27,6 +27,10 @@ then works out what comes next and delivers it in the next round:
   they make to a step, a wait or a timer raises `_Evicted` at once, so the
   unwinding runs no step and writes nothing. They run for real when a later
   activation reaches them.
+- **Keep.** With the worker's sticky cache on (`sdk._sticky`), a parked
+  activation is kept as it is instead, and `proceed` continues it from its live
+  frontier when its run is claimed again with its journal unchanged. It is
+  discarded as above when the cache drops it.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from sdk._engine import Engine
 from sdk._intercept import Abandon, ActivationInfo, ActivationOutcome, ActivationReason
 from sdk._journal import Journal, Kind, Record, State
 from sdk._ops import (
+    EventWaitOp,
     Op,
     Outcome,
     SleepOp,
@@ -110,6 +115,10 @@ class Activation(FlowCalls):
         self.discarding = False
         self.abandoned = False
         self.parking = False
+        self.kept = False  # parked with the sticky cache on: kept, not unwound (`_close`)
+        # The last round a recorded outcome was delivered in: where a replay of the
+        # journal would stand at the live frontier (what `proceed` starts from).
+        self.last_round = journal.max_round
         self.store_error: Exception | None = None
         self.lost: LeaseLost | None = None
         self.waiting: dict[int, Op] = {}  # live calls waiting for a signal or a time
@@ -155,13 +164,38 @@ class Activation(FlowCalls):
 
         Runs in a task of its own: work launched inline (see `_launch`) sees the run.
         """
+        self.main = self.loop.create_task(self._flow_main(), context=self._ctx.copy())
+        await self._activate()
+
+    async def proceed(self, stored: StoredRun, mail: frozenset[Mailbox], claimed_at: float) -> None:
+        """Continue this kept activation (`sdk._sticky`) where it parked: its run was
+        claimed again (`stored`, `mail`) and its journal is as this activation left it.
+
+        Its state is made what a replay of that journal would reach at the live
+        frontier, so the flow goes on exactly as it would after a replay.
+        """
+        self.stored = stored
+        self.fence = stored.fence
+        self.mail = set(mail)
+        self.claimed_at = claimed_at
+        self.kept = self.parking = False
+        self.ended = None
+        if not self.cancel_given:
+            self.cancel_reason = stored.cancel_reason
+        # an empty consume opens a round that records nothing: a replay skips it
+        self.cursor.round = self.writes._last = self.last_round
+        for op in self.waiting.values():
+            if isinstance(op, EventWaitOp):
+                op.armed = False  # a wait_for_event listens again in each activation
+        await self._activate(proceeding=True)
+
+    async def _activate(self, proceeding: bool = False) -> None:
         _run_var.set(self)
         self._task = asyncio.current_task()
-        info = self._activation_info() if self.engine.interceptors else None
+        info = self._activation_info(proceeding) if self.engine.interceptors else None
         if info is not None:
             for hook in self.engine.interceptors:
                 hook.activation_started(info)
-        self.main = self.loop.create_task(self._flow_main(), context=self._ctx.copy())
         try:
             self.loop.run_ready()
             await self._drive()
@@ -175,11 +209,14 @@ class Activation(FlowCalls):
                         hook.activation_finished(info, outcome or ActivationOutcome.INTERRUPTED)
         _ending.report(self)
 
-    def _activation_info(self) -> ActivationInfo:
+    def _activation_info(self, proceeding: bool) -> ActivationInfo:
         """What interceptors are told of this activation, and why it runs."""
         s = self.stored
         replayed = len(self.journal.by_key)
-        if s.recoveries:  # reset by every journal write: the last activation was lost
+        if proceeding:
+            reason = ActivationReason.WAKE_UP  # a kept activation goes on (`proceed`)
+            replayed = 0  # ...with nothing to replay
+        elif s.recoveries:  # reset by every journal write: the last activation was lost
             reason = ActivationReason.RECOVERY
         elif s.source_run_id is not None and s.started_at == self.claimed_at:
             reason = ActivationReason.REPLAY  # a derived run's first claim records its start
@@ -308,6 +345,7 @@ class Activation(FlowCalls):
         cancelled with it."""
         self.cancel_given = True
         cursor = self.cursor
+        self.last_round = max(self.last_round, cursor.round)
         withdrawn = [
             op
             for op in cursor.ops.values()
@@ -367,7 +405,10 @@ class Activation(FlowCalls):
 
     def _deliver(self, op: Op, outcome: Outcome) -> None:
         op.done = True
-        self.cursor.delivered(op)
+        cursor = self.cursor
+        if cursor.round > self.last_round:
+            self.last_round = cursor.round
+        cursor.delivered(op)
         self.waiting.pop(op.pos, None)
         if self.resolving is op:
             self.resolving = None
@@ -570,6 +611,20 @@ class Activation(FlowCalls):
         for coro in self._queued:  # never launched: the activation ended first
             coro.close()
         self._queued.clear()
+        sticky = self.engine.sticky
+        if self.kept and sticky is not None and not self.abandoned:
+            await self.settle()  # nothing runs at a park: this returns at once
+            if not self.abandoned:
+                sticky.keep(self)  # the flow stays where it waits (`sdk._sticky`)
+                return
+        self.discard()
+        await self.settle()
+
+    def discard(self) -> None:
+        """Unwind the flow (see the module docstring): nothing it calls runs or records."""
+        if self.discarding:
+            return
+        self.kept = False
         self.discarding = True
         left = self.loop.unwind(evicted)
         if left:
@@ -577,7 +632,6 @@ class Activation(FlowCalls):
                 "run %s: %d task(s) of the flow would not unwind (they catch BaseException)",
                 self.run_id, left,
             )  # fmt: skip
-        await self.settle()
 
     def release_on_cancel(self) -> Coroutine[Any, Any, None]:
         return self.store.release(self.run_id, self.fence)

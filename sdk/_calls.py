@@ -78,6 +78,7 @@ class FlowCalls:
     _lineage_raw: dict[str, str]
     continuing: str | None
     waiting: dict[int, Op]
+    last_round: int
 
     # -- the flow's side: calls get a key and a position when they are made ---------
 
@@ -179,6 +180,8 @@ class FlowCalls:
             # Replaying a round that delivers this call alone, and no other flow
             # code is ready to run first: the driver would deliver it next anyway.
             op.done = True
+            if cursor.round > self.last_round:
+                self.last_round = cursor.round
             return op.replayed(rec, self.serializer)
         op.owner = asyncio.current_task(self.loop)
         op.fut = self.loop.create_future()

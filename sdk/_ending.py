@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from sdk import _waits
 from sdk._flowdef import RESULT_GRACE
 from sdk._intercept import ActivationOutcome
+from sdk._journal import Record
 from sdk._ops import STEP_TAG
 from sdk._serde import (
     clean_message,
@@ -185,22 +186,43 @@ async def park(act: Activation) -> None:
         await fail(act, FlowBlocked, str(err), None, Reason.FLOW_ERROR)
         return
     act.parking = True
-    await _end(
+    sticky = act.engine.sticky
+    keep = sticky is not None and sticky.size > 0
+    delay = None  # kept: how long its wake-up waits for this worker (sdk._sticky)
+    if keep and sticky is not None:
+        delay = sticky.delay if sticky.serving else 0.0
+    reply = await _end(
         act,
         act.store.suspend(
             act.run_id, act.fence, act.clock.time(), plan.deadline, plan.status,
             plan.records, plan.mailboxes, approvers=plan.approvers,
+            sticky=delay,
         ),
         "parked",
     )  # fmt: skip
+    if keep and (reply is Parked.PARKED or reply is Parked.READY):
+        # Kept (sdk._sticky): the waiting calls hold what a replay would read from
+        # the journal now, their pending records.
+        ops = {op.key: op for op in act.waiting.values()}
+        for key, text in plan.records:
+            rec = Record.from_json(text)
+            act.journal.put(rec)
+            if key in ops:
+                ops[key].record = rec
+        act.kept = True
 
 
-async def _end(act: Activation, call: Awaitable[Refused | Parked | None], outcome: str) -> None:
-    """The activation's last write (a lost lease or a store error: see `report`)."""
+async def _end(
+    act: Activation, call: Awaitable[Refused | Parked | None], outcome: str
+) -> Refused | Parked | None:
+    """The activation's last write (a lost lease or a store error: see `report`);
+    returns the store's reply (None when it stopped the activation)."""
     with contextlib.suppress(Stop):
         reply = await act.writes.guard(call)
         if reply is Parked.FENCED or (isinstance(reply, Refused) and reply.why is Refusal.FENCED):
             act.writes.fenced(f"its {outcome} outcome was dropped")
+        return reply  # type: ignore[no-any-return]
+    return None
 
 
 def report(act: Activation) -> None:

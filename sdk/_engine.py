@@ -15,6 +15,7 @@ from stores.protocol import Store
 
 if TYPE_CHECKING:
     from sdk._client import Client
+    from sdk._sticky import StickyCache
 
 __all__ = ["Engine"]
 
@@ -33,6 +34,8 @@ class Engine:
     #: step name -> the callable run instead of its body, by this engine only
     #: (`testing.FlowTestEnv.stub`); called with the step's arguments
     stubs: dict[str, Callable[..., Any]] = attrs.field(factory=dict)
+    #: the parked activations the worker keeps (`sdk._sticky`); None: replay every wake-up
+    sticky: StickyCache | None = None
     _client: Client | None = None
 
     def client(self) -> Client:

@@ -9,6 +9,7 @@ import logging
 import os
 import socket
 import uuid
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +30,8 @@ from sdk._queues import claim_limits
 from sdk._registry import Registry, channel_def_of, flow_def_of, version_order
 from sdk._serde import converter as records
 from sdk._serde import dumps
+from sdk._sticky import StickyCache
+from sdk._sticky import reload as sticky_reload
 from sdk._ticker import Ticker
 from sdk._types import ErrorInfo, Reason
 from sdk._values import Serializer
@@ -78,6 +81,11 @@ class Worker(Heartbeat):
         interceptors: hooks around step attempts, waits, sleeps and child starts
             (`sdk._intercept.Interceptor`);
             the test kit's crash injection is one.
+        sticky_cache: parked runs kept in memory (an LRU; 0: none). A kept run's
+            wake-up continues its flow where it waits instead of replaying the
+            journal (see docs/operations.md, "Sticky activations").
+        sticky_delay: seconds a kept run's wake-up waits for this worker before
+            any worker may take it (and replay it).
 
     Example::
 
@@ -102,7 +110,10 @@ class Worker(Heartbeat):
         interceptors: Sequence[Interceptor] = (),
         registry: Registry | None = None,
         converter: Serializer | cattrs.Converter | None = None,
+        sticky_cache: int = 1000,
+        sticky_delay: float = 1.0,
     ) -> None:
+        sticky = StickyCache(sticky_cache, sticky_delay)  # checks both
         check_int(concurrency, "Worker: concurrency", range(1, 100_001))
         check_seconds(lease_ttl, "Worker: lease_ttl", positive=True)
         check_int(max_recoveries, "Worker: max_recoveries", range(0, 1_000_001))
@@ -138,7 +149,14 @@ class Worker(Heartbeat):
             interceptors=list(interceptors),
             serializer=Serializer.of(converter),
             registry=self.registry,
+            sticky=sticky if sticky.size else None,
         )
+        if self.engine.sticky is not None:
+            # A worker dropped with runs still kept (driven by run_until_idle, never
+            # stopped): their flows are unwound properly, recording nothing, instead of
+            # being closed by the garbage collector outside their run, where a step
+            # their cleanup calls would run as a plain function.
+            weakref.finalize(self, self.engine.sticky.clear)
         self._inflight: dict[str, tuple[asyncio.Task[None], Activation]] = {}
         # the queue of each run executing here: its Queue(worker_concurrency=) room
         self._queue_of: dict[str, str] = {}
@@ -283,9 +301,17 @@ class Worker(Heartbeat):
             self._fail_damaged(claim.damage)
             return
         fd = self._flow(claim.run.flow, claim.run.flow_version)
+        sticky = self.engine.sticky
+        kept = None if sticky is None or fd is None else sticky.claimed(claim, fd)
         if fd is None:
             task = asyncio.create_task(self._unknown_flow(claim))
             act = None
+        elif kept is not None:
+            act = kept
+            task = asyncio.create_task(self._execute(act, (claim, polled_at)))
+        elif claim.cached:  # its activation is no longer kept here: read the journal
+            act = None
+            task = asyncio.create_task(self._reload(claim, polled_at))
         else:
             try:
                 journal = _quarantine.decode(claim, self.store)
@@ -332,9 +358,22 @@ class Worker(Heartbeat):
         )  # fmt: skip
         await self.store.release(run.run_id, run.fence)
 
-    async def _execute(self, act: Activation) -> None:
+    async def _reload(self, claim: Claim, polled_at: float) -> None:
+        full = await sticky_reload(self.store, claim)
+        if full is None:
+            return
+        entry = self._inflight.get(claim.run.run_id)
+        if entry is None or entry[0] is not asyncio.current_task():
+            return  # stopped meanwhile
+        self._spawn(full, polled_at)  # tracked under its new task from here
+
+    async def _execute(self, act: Activation, resumed: tuple[Claim, float] | None = None) -> None:
         try:
-            await act.execute()
+            if resumed is None:
+                await act.execute()
+            else:
+                claim, polled_at = resumed
+                await act.proceed(claim.run, claim.mail, polled_at)
         except asyncio.CancelledError:
             if act.run_id in self._lost:  # by the heartbeat: the run is no longer ours
                 raise
@@ -348,6 +387,9 @@ class Worker(Heartbeat):
                 "and another activation will retry it", act.run_id,
             )  # fmt: skip
         error = act.store_error
+        sticky = self.engine.sticky
+        if sticky is not None and act.abandoned and error is None and act.lost is None:
+            sticky.clear()  # a simulated crash (the test kit): a dead process keeps nothing
         if isinstance(error, CorruptData):  # a write found the run's data damaged
             await _quarantine.fail(
                 self.store, self.clock, Damaged(act.run_id, error.key, error.detail, act.fence)
@@ -387,6 +429,8 @@ class Worker(Heartbeat):
         """Serve until `stop()`: claim, execute, heartbeat, fire timers, recover."""
         self._stop.clear()
         self._started_at = self.clock.time()
+        if self.engine.sticky is not None:
+            self.engine.sticky.serving = True  # kept runs' wake-ups wait for it (sticky_delay)
         await self._register()
         hb = asyncio.create_task(self._heartbeat(register=True))
         outbox = asyncio.create_task(self.dispatcher.serve(self._stop))
@@ -436,12 +480,16 @@ class Worker(Heartbeat):
             with contextlib.suppress(asyncio.CancelledError):
                 await hb
             await asyncio.gather(self._drain(), self.dispatcher.drain(self.grace_period))
+            if self.engine.sticky is not None:
+                self.engine.sticky.serving = False
+                self.engine.sticky.clear()  # their wake-ups go to any worker after the delay
             with contextlib.suppress(Exception):  # else its registration just expires
                 await self.store.forget_worker(self.owner)
             log.info("worker %s stopped", self.owner)
 
     async def _wait_ready(self, timeout: float) -> None:
-        waiter = asyncio.create_task(self.store.wait_ready(self.queues, timeout))
+        owner = self.owner if self.engine.sticky is not None else None
+        waiter = asyncio.create_task(self.store.wait_ready(self.queues, timeout, owner=owner))
         stopper = asyncio.create_task(self._stop.wait())
         try:
             await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)

@@ -2,6 +2,7 @@
 
 from stores import open_store
 store = open_store("redis://localhost:6379/0")   # or rediss://, unix://, embedded://, memory://
+store = open_store("redis+cluster://10.0.0.1:7000,10.0.0.2:7000")   # Redis Cluster
 store = open_store()   # $STEADYFLOW_STORE and $STEADYFLOW_PREFIX, else the defaults below
 """
 
@@ -12,6 +13,7 @@ import os
 from typing import Any
 from urllib.parse import urlsplit
 
+from stores._cluster import CLUSTER_SCHEMES
 from stores.protocol import Store
 from stores.redis import RedisStore
 
@@ -35,7 +37,7 @@ def open_store(
     url: str | None = None,
     *,
     prefix: str | None = None,
-    partitions: int = 1,
+    partitions: int | None = None,
     **kwargs: Any,
 ) -> RedisStore:
     """Open a store from a URL.
@@ -43,6 +45,8 @@ def open_store(
     - ``redis://[user:password@]host:port/db`` — Redis;
     - ``rediss://...`` — Redis over TLS (ACL user and password from the URL);
     - ``unix:///path/to/redis.sock?db=0`` — Redis on a unix socket;
+    - ``redis+cluster://[user:password@]host:port[,host:port...]`` — Redis
+      Cluster (any reachable node is enough; ``rediss+cluster://`` for TLS);
     - ``embedded://DIR`` — a Valkey server of this machine's own, with its
       data in ``DIR`` (``embedded://`` alone: ``$XDG_DATA_HOME/steadyflow``),
       started by the first process that opens it and stopped after the last
@@ -57,7 +61,9 @@ def open_store(
             server answers there, else ``embedded://`` when the ``embedded``
             extra is installed (said on stderr).
         prefix: first part of every key; default ``$STEADYFLOW_PREFIX``, else ``sf``.
-        partitions: hash-tag partitions, the same in every process of a deployment.
+        partitions: hash-tag partitions, the same in every process of a
+            deployment; default 1, and 16 for a Redis Cluster URL
+            (docs/operations.md#redis-cluster-and-partitions).
         kwargs: options of the store and of redis-py's connection pool
             (see `RedisStore.from_url`).
 
@@ -71,6 +77,9 @@ def open_store(
     url = url or os.environ.get(STORE_VARIABLE) or _local_default()
     prefix = prefix or os.environ.get(PREFIX_VARIABLE) or DEFAULT_PREFIX
     scheme = urlsplit(url).scheme
+    if scheme in ("redis", "rediss", "unix", *CLUSTER_SCHEMES):
+        return RedisStore.from_url(url, prefix=prefix, partitions=partitions, **kwargs)
+    partitions = 1 if partitions is None else partitions
     if scheme == "memory":
         try:  # fakeredis is a test dependency: only memory:// needs it
             from stores._fakelua import fake_server, memory_store
@@ -89,15 +98,14 @@ def open_store(
         # A server that compiles each script once, with the store's scripts
         # loaded (see stores._fakelua): in-process speed for tests.
         return memory_store(fake_server(), prefix=prefix, partitions=partitions, **kwargs)
-    if scheme in ("redis", "rediss", "unix"):
-        return RedisStore.from_url(url, prefix=prefix, partitions=partitions, **kwargs)
     if scheme == "embedded":
         from stores._embedded import open_embedded
 
         location = url.removeprefix("embedded://")
         return open_embedded(location, prefix=prefix, partitions=partitions, **kwargs)
     raise ValueError(
-        f"unsupported store URL {url!r}: use redis://, rediss://, unix://, embedded:// or memory://"
+        f"unsupported store URL {url!r}: use redis://, rediss://, unix://, redis+cluster://, "
+        "rediss+cluster://, embedded:// or memory://"
     )
 
 

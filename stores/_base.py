@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
-from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ResponseError
 
 from stores._keys import Keys
 from stores._records import CorruptData
 from stores._redispy import ScriptRunner
+from stores._wakeups import ShardedWaits
 
 __all__ = ["RedisBase"]
 
@@ -25,8 +24,14 @@ class RedisBase:
     keys: Keys
     _scripts: dict[str, Any]
     _runner: ScriptRunner
+    #: Whether `client` is a Redis Cluster client (see `stores.redis.RedisStore`).
+    cluster: bool
+    #: Cluster wake-up waits, made by the first wait (see `_blpop_any`).
+    _waits: ShardedWaits | None = None
 
     async def _call(self, name: str, keys: Sequence[str | bytes], args: Sequence[Any]) -> Any:
+        if self.cluster:  # the slot map first (a no-op once known: stores._cluster.EagerCluster)
+            await self.client.initialize()
         return await self._runner.run(self._scripts[name], keys, args)
 
     def _partitions(self) -> range:
@@ -38,27 +43,31 @@ class RedisBase:
         return self.keys.all_runs(partition)
 
     async def _blpop_any(self, per_partition: list[list[str]], timeout: float) -> bool:
-        """BLPOP until any of the lists has an element (or `timeout` seconds)."""
+        """Take a wake-up token from any of the lists, waiting up to `timeout` seconds
+        for one; False when none came."""
+        if self.cluster:
+            # A cluster refuses keys of several slots in one BLPOP: one per
+            # partition would hold one connection each. Sharded Pub/Sub instead,
+            # one connection per master, kept for the store's life (stores._wakeups).
+            if self._waits is None:
+                self._waits = ShardedWaits(
+                    self.client,  # type: ignore[arg-type]  # a cluster client (self.cluster)
+                    lambda keys: self._call("take_wake", keys, []),
+                )
+            return await self._waits.wait(per_partition, timeout)
+        # One BLPOP on every list. (Several, raced and the losers cancelled,
+        # would leave a cancelled BLPOP blocking its connection server-side: the
+        # next command on that connection waits behind it, and the losers may
+        # pop tokens nobody reads.)
+        keys = [key for keys in per_partition for key in keys]
         secs = max(timeout, 0.001)  # BLPOP's timeout is in seconds (0 blocks forever)
-        if len(per_partition) == 1 or not isinstance(self.blocking_client, RedisCluster):
-            # One BLPOP on every list. (Several, raced and the losers cancelled,
-            # would leave a cancelled BLPOP blocking its connection server-side:
-            # the next command on that connection waits behind it, and the
-            # losers may pop tokens nobody reads.)
-            keys = [key for keys in per_partition for key in keys]
-            return await self.blocking_client.blpop(keys, timeout=secs) is not None
-        # One BLPOP per partition: a cluster refuses keys of several slots in one.
-        waits = [
-            asyncio.ensure_future(self.blocking_client.blpop(keys, timeout=secs))
-            for keys in per_partition
-        ]
-        try:
-            done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-            return any(t.result() is not None for t in done)
-        finally:
-            for t in waits:
-                t.cancel()
-            await asyncio.gather(*waits, return_exceptions=True)
+        return await self.blocking_client.blpop(keys, timeout=secs) is not None
+
+    async def _close_waits(self) -> None:
+        """Close the cluster wake-up subscription, if one was made."""
+        if self._waits is not None:
+            waits, self._waits = self._waits, None
+            await waits.close()
 
     async def _unreadable(
         self, run_id: str, key: str, error: ResponseError, want: str

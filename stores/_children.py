@@ -5,8 +5,8 @@ its children in one batch and journals their handles in another: each is a
 pipeline of the same scripts a single start (``start``) and a single record
 (``record``) run, so each run's write stays one atomic script on its own
 partition (a child may live on another partition, or another cluster node,
-than its parent), and the batch costs one round trip per pipeline instead of
-one per child.
+than its parent), and the batch costs one round trip per pipeline (on Redis
+Cluster, one per node, concurrently) instead of one per child.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import NoScriptError, RedisError, TryAgainError
 
-from stores import _codec, _decode
+from stores import _codec, _decode, _migrating
 from stores._base import RedisBase
 from stores._codec import num
 from stores._lifecycle import RunStatus
@@ -34,24 +34,46 @@ class Children(RedisBase):
     ) -> list[Any]:
         """One script per call, sent as one pipeline (one round trip): the replies in
         order. A server that lacks the script (flushed, restarted) ran none of them:
-        it is loaded and those calls are sent again."""
+        it is loaded and those calls are sent again. On a cluster, a call answered
+        with an error (its slot moving: ASK, TRYAGAIN) is sent again alone, the way
+        every script call is retried (`stores._migrating`): it wrote nothing."""
         script = self._scripts[name]
         todo = list(range(len(calls)))
         replies: list[Any] = [None] * len(calls)
+        alone: list[int] = []
         for _ in range(2):
             async with self.client.pipeline(transaction=False) as pipe:
                 for i in todo:
-                    keys, args = calls[i]
-                    pipe.evalsha(script.sha, len(keys), *strict_args(keys), *strict_args(args))
-                got: list[Any] = await pipe.execute(raise_on_error=False)
+                    # on a cluster, with the probe key: whole or not at all while its slot moves
+                    keys, args = _migrating.declared(calls[i][0], self.cluster), calls[i][1]
+                    # as a raw command: redis-py's cluster pipeline refuses its evalsha()
+                    # method, but routes EVALSHA by its first key (one round trip per node)
+                    pipe.execute_command(
+                        "EVALSHA", script.sha, len(keys), *strict_args(keys), *strict_args(args)
+                    )
+                try:
+                    got: list[Any] = await pipe.execute(raise_on_error=False)
+                except Exception:
+                    if not self.cluster:
+                        raise
+                    # an older redis-py's cluster pipeline raises on a moving
+                    # slot (AskError, or an AttributeError in redis-py 5.3)
+                    # instead of answering per call: each goes alone
+                    # (a call that did run is run again: starts and records are
+                    # idempotent by run id and step key)
+                    got = [TryAgainError("pipeline refused")] * len(todo)
             missing = []
             for i, reply in zip(todo, got, strict=True):
                 if isinstance(reply, NoScriptError):
                     missing.append(i)
-                elif isinstance(reply, ResponseError):
-                    raise reply
+                elif isinstance(reply, RedisError):  # a moving slot: ClusterError too
+                    if not self.cluster:
+                        raise reply
+                    alone.append(i)
                 replies[i] = reply
             if not missing:
+                for i in alone:
+                    replies[i] = await self._call(name, *calls[i])
                 return replies
             await self.client.script_load(script.script)
             todo = missing

@@ -266,7 +266,7 @@ def claims(
 
 
 def _claim(run_id: str, item: list[Any], where: str, key: Callable[[str, str], str]) -> Claim:
-    _, hash_, journal, mail, lineage = item
+    _, hash_, journal, mail, lineage, *hit = item  # hit: a sticky claim (journal left out)
     run = stored_run(run_id, flat(hash_), where)
     damage = None
     if run.damage is not None:
@@ -278,8 +278,9 @@ def _claim(run_id: str, item: list[Any], where: str, key: Callable[[str, str], s
                 damage = Damaged(run_id, key(suffix, run_id), bad, run.fence)
                 break
     return Claim(
-        run, flat(journal), frozenset(parse_mailbox(name) for name in mail), flat(lineage), damage
-    )
+        run, flat(journal), frozenset(parse_mailbox(name) for name in mail), flat(lineage), damage,
+        cached=bool(hit and int(hit[0])),
+    )  # fmt: skip
 
 
 def first_unreadable(values: list[str], pairs: bool) -> str | None:

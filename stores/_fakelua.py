@@ -1,7 +1,7 @@
 """The one adapter to fakeredis's private scripting internals, for ``memory://`` stores.
 
 fakeredis (with lupa) runs a store's Lua scripts in-process, and every store
-operation is a script. Three of its habits cost more than the scripts do:
+operation is a script. Four of its habits cost more than the scripts do:
 
 - each ``EVALSHA`` compiles the script's source again (``LuaRuntime.execute``)
   and then runs a full ``collectgarbage()`` (to free the call's KEYS and ARGV
@@ -11,24 +11,32 @@ operation is a script. Three of its habits cost more than the scripts do:
   loads, and runs it again), on every new ``memory://`` store;
 - before every ``redis.call`` (and after every script) it checks that the
   script set no global by listing every global of the Lua state into a
-  Python set.
+  Python set;
+- every ``redis.call`` goes through the layers of a client's command (name
+  lookup, argument conversion, the generic signature check, write-back and
+  notifications): 10-35 us a call, for reads that write nothing back.
 
 `fake_server()` makes a server that compiles each script source once and
 keeps the compiled chunk (per server: a chunk belongs to its server's Lua
 state), whose global check lists, in Lua, only the globals fakeredis does not
-expect (`_NewGlobals`); `preload()` puts a store's scripts in a server's
-script cache. Nothing else changes: a cached chunk is called afresh each time
-(its top-level locals are new on each call, as with ``execute``), errors read
-the same (a source that does not compile goes to ``execute``), and the
-global check runs as often and refuses the same scripts with the same
-message. Only the servers made here are touched, never fakeredis's classes.
+expect (`_NewGlobals`), and whose scripts' common reads take a lane of
+their own (`_lane`: the same answers from fakeredis's own data and helpers,
+anything unusual left to fakeredis); `preload()` puts a store's scripts in
+a server's script cache. Nothing else changes: a cached chunk is called
+afresh each time (its top-level locals are new on each call, as with
+``execute``), errors read the same (a source that does not compile goes to
+``execute``), and the global check runs as often and refuses the same
+scripts with the same message. Only the servers made here are touched, never
+fakeredis's classes.
 
 All of it relies on fakeredis internals: the server-wide ``_lua_runtime``,
-``_lua_expected_globals`` and ``script_cache`` that every supported fakeredis
-has (pyproject: ``>=2.38,<3``;
-older releases also run the store's scripts wrongly). Each is feature-tested:
-on a fakeredis that keeps them elsewhere the server is a plain one, and
-``memory://`` is as slow as fakeredis makes it, and as correct.
+``_lua_expected_globals``, ``script_cache`` and the ``redis.call`` functions
+it keeps there, that every supported fakeredis has (pyproject: ``>=2.38,<3``;
+older releases also run the store's scripts wrongly), and for the read lane
+its data model (hash, set and sorted set classes) and argument helpers, as
+fakeredis 2.40 and later have them. Each is feature-tested: on a fakeredis
+that keeps them elsewhere the server is a plain one (or has no read lane),
+and ``memory://`` is as slow as fakeredis makes it, and as correct.
 ``tests/test_fakelua.py`` checks the adapter against a plain server, and
 ``python -m tests.fakeredis_oldest`` runs it, with the ``memory://``
 conformance suite, on the oldest supported fakeredis.
@@ -36,7 +44,7 @@ conformance suite, on the oldest supported fakeredis.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import fakeredis
@@ -48,6 +56,10 @@ __all__ = ["compiles_once", "fake_server", "memory_store", "preload"]
 _RUNTIME = "_lua_runtime"  # fakeredis's attribute: the server's Lua state (lupa LuaRuntime)
 _EXPECTED = "_lua_expected_globals"  # fakeredis's attribute: the global names a script may see
 _COLLECT = (b"collectgarbage()", "collectgarbage()")  # fakeredis's cleanup after each call
+# fakeredis's attributes: the Python functions its scripts' redis.call and redis.pcall call,
+# and the socket whose script runs (they look it up there)
+_CALLS = ("_lua_redis_call_wrapper", "_lua_redis_pcall_wrapper")
+_CURRENT = "_lua_current_socket"
 
 
 def compiles_once() -> bool:
@@ -136,6 +148,175 @@ class _NewGlobals:
         new = self._list()  # nil (None) when there is none
         return [] if new is None else list(new.values())
 
+    def clean(self) -> bool:
+        """Whether no script set a global (what the check before a call asks)."""
+        return self._list() is None
+
+
+# -- the read lane ----------------------------------------------------------------
+#
+# fakeredis answers a script's ``redis.call`` through the same layers as a
+# client's command (name lookup, argument conversion, generic signature check,
+# write-back and notifications), ~10-35 us a call: most of a memory:// store's
+# time. The read lane answers the reads the store's scripts make most (in the
+# common shapes: plain arguments, no field or member TTLs, RESP2, a Redis
+# server) from fakeredis's own data, with its own helpers (range fixing, score
+# parsing, score formatting), as its command would: a read writes nothing back
+# and notifies nothing. Anything else (another command, shape, type: a WRONGTYPE
+# error included) goes the usual way. tests/test_fakelua.py runs every read
+# shape on both lanes and compares.
+
+_SLOW: Any = object()  # a read the lane leaves to fakeredis
+_ARGS = (
+    bytes,
+    int,
+    float,
+)  # what a script passes redis.call (a bool or a table: fakeredis's error)
+
+
+def _lane() -> dict[bytes, Callable[[Any, list[Any], Any], Any]] | None:
+    """The read handlers by command name, or None when this fakeredis keeps its
+    data in another shape (then every call goes the usual way)."""
+    try:
+        from fakeredis._command_args_parsing import Float, Int
+        from fakeredis._core import CommandItem
+        from fakeredis._helpers import fix_range
+        from fakeredis.commands_mixins._mixin_base import CommandsMixinBase
+        from fakeredis.commands_mixins.sortedset_mixin import ScoreTest, SortedSetCommandsMixin
+        from fakeredis.model import ExpiringMembersSet, Hash, ZSet
+
+        h, s, z = Hash(), ExpiringMembersSet(), ZSet()
+        low: Any = ScoreTest.decode(b"-inf").lower_bound
+        high: Any = ScoreTest.decode(b"+inf").upper_bound
+        kind_of, limit = CommandsMixinBase._key_value_type, SortedSetCommandsMixin._limit_items
+        if (h._expiry_heap, h._expired_fields, s._may_expire) != ([], [], False) or (
+            list(z.islice_score(0, 1)) or list(z.irange_score(low, high, False))
+        ):
+            return None
+    except Exception:  # any difference: no lane
+        return None
+
+    def value(db: Any, key: bytes, kind: type) -> Any:
+        item = db.get(key)  # None when missing (or expired: fakeredis drops it)
+        if item is None:
+            return None
+        v: Any = item.value
+        if type(v) is not kind:
+            return _SLOW  # fakeredis answers WRONGTYPE
+        if kind is Hash and (item.value._expiry_heap or item.value._expired_fields):
+            return _SLOW  # field TTLs: fakeredis notifies their expiry
+        if kind is ExpiringMembersSet and item.value._may_expire:
+            return _SLOW
+        return v
+
+    def scored(items: Any, withscores: bool, table: Any) -> Any:
+        if not withscores:
+            return table([m for _, m in items])
+        out: list[bytes] = []
+        for score, member in items:
+            out += (member, Float.encode(score, humanfriendly=False))
+        return table(out)
+
+    def hget(sock: Any, a: list[Any], table: Any) -> Any:
+        if len(a) != 2 or (v := value(sock._db, a[0], Hash)) is _SLOW:
+            return _SLOW
+        got = None if v is None else v.get(a[1])
+        return False if got is None else got
+
+    def hmget(sock: Any, a: list[Any], table: Any) -> Any:
+        if len(a) < 2 or (v := value(sock._db, a[0], Hash)) is _SLOW:
+            return _SLOW
+        got = [None if v is None else v.get(f) for f in a[1:]]
+        return table([False if x is None else x for x in got])
+
+    def hgetall(sock: Any, a: list[Any], table: Any) -> Any:
+        if len(a) != 1 or (v := value(sock._db, a[0], Hash)) is _SLOW:
+            return _SLOW
+        return table([x for kv in (v.getall().items() if v is not None else ()) for x in kv])
+
+    def type_(sock: Any, a: list[Any], table: Any) -> Any:
+        if len(a) != 1:
+            return _SLOW
+        db = sock._db
+        return table({b"ok": kind_of(CommandItem(a[0], db, db.get(a[0]))).value})
+
+    def exists(sock: Any, a: list[Any], table: Any) -> Any:
+        if not a:
+            return _SLOW
+        db = sock._db
+        return sum(1 for k in a if CommandItem(k, db, db.get(k)))  # as fakeredis: each one named
+
+    def size(kind: type) -> Callable[[Any, list[Any], Any], Any]:
+        def read(sock: Any, a: list[Any], table: Any) -> Any:
+            if len(a) != 1 or (v := value(sock._db, a[0], kind)) is _SLOW:
+                return _SLOW
+            return 0 if v is None else len(v)
+
+        return read
+
+    def smembers(sock: Any, a: list[Any], table: Any) -> Any:
+        if len(a) != 1 or (v := value(sock._db, a[0], ExpiringMembersSet)) is _SLOW:
+            return _SLOW
+        return table([] if v is None else list(v))
+
+    def zscore(sock: Any, a: list[Any], table: Any) -> Any:
+        if len(a) != 2 or (v := value(sock._db, a[0], ZSet)) is _SLOW:
+            return _SLOW
+        score = None if v is None else v.get(a[1])
+        return False if score is None else Float.encode(score, humanfriendly=False)
+
+    def zrange(sock: Any, a: list[Any], table: Any) -> Any:  # by rank only
+        withscores = len(a) == 4 and a[3].lower() == b"withscores"
+        if not (len(a) == 3 or withscores) or (v := value(sock._db, a[0], ZSet)) is _SLOW:
+            return _SLOW
+        try:
+            first = Int.decode(ScoreTest.decode(a[1]).bytes_val or b"")
+            last = Int.decode(ScoreTest.decode(a[2]).bytes_val or b"")
+        except Exception:  # not an index: fakeredis says how
+            return _SLOW
+        if v is None:
+            return table([])
+        first, last = fix_range(first, last, len(v))
+        return scored(v.islice_score(first, last, False), withscores, table)
+
+    def zrangebyscore(sock: Any, a: list[Any], table: Any) -> Any:
+        opts, withscores = list(a[3:]), False  # [WITHSCORES] [LIMIT offset count] [WITHSCORES]
+        for at in (0, -1):
+            if not withscores and opts and opts[at].lower() == b"withscores":
+                withscores = bool(opts.pop(at))
+        if opts and (len(opts) != 3 or opts[0].lower() != b"limit"):
+            return _SLOW
+        if len(a) < 3 or (v := value(sock._db, a[0], ZSet)) is _SLOW:
+            return _SLOW
+        try:
+            low, high = ScoreTest.decode(a[1]), ScoreTest.decode(a[2])
+            offset, count = (Int.decode(opts[1]), Int.decode(opts[2])) if opts else (0, -1)
+        except Exception:  # fakeredis says what is wrong
+            return _SLOW
+        if v is None:
+            return table([])
+        items = list(v.irange_score(low.lower_bound, high.upper_bound, reverse=False))
+        return scored(limit(items, offset, count), withscores, table)
+
+    def del_(sock: Any, a: list[Any], table: Any) -> Any:
+        # keys that are all missing: nothing to delete, nothing written or notified
+        return _SLOW if not a or any(sock._db.get(k) is not None for k in a) else 0
+
+    def publish(sock: Any, a: list[Any], table: Any) -> Any:
+        # to a channel no one listens on (nor any pattern): no one is told, 0 are
+        server = sock._server
+        if len(a) != 2 or server.psubscribers or server.subscribers.get(a[0]):
+            return _SLOW
+        return 0
+
+    reads = {
+        b"DEL": del_, b"PUBLISH": publish, b"HGET": hget, b"HMGET": hmget, b"HGETALL": hgetall,
+        b"TYPE": type_, b"EXISTS": exists, b"ZCARD": size(ZSet), b"LLEN": size(list),
+        b"SMEMBERS": smembers, b"ZSCORE": zscore, b"ZRANGE": zrange,
+        b"ZRANGEBYSCORE": zrangebyscore,
+    }  # fmt: skip
+    return {**reads, **{name.lower(): read for name, read in reads.items()}}
+
 
 class _Server(fakeredis.FakeServer):
     """A fakeredis server whose scripts are compiled once (see the module)."""
@@ -143,11 +324,41 @@ class _Server(fakeredis.FakeServer):
     def __setattr__(self, name: str, value: Any) -> None:
         if name == _RUNTIME and not isinstance(value, _CompiledScripts):
             value = _CompiledScripts(value)  # fakeredis made the server's Lua state
+        elif name in _CALLS and callable(value):
+            value = self._read_lane(value)  # the redis.call / redis.pcall of its scripts
         super().__setattr__(name, value)
         if name == _EXPECTED and isinstance(value, set):
             runtime = self.__dict__.get(_RUNTIME)
             if isinstance(runtime, _CompiledScripts):
                 runtime.seal(value)
+
+    def _read_lane(self, slow: Callable[..., Any]) -> Callable[..., Any]:
+        """`slow` (fakeredis's ``redis.call`` or ``redis.pcall``) with the read lane
+        in front of it (see `_lane`): the same answers, sooner."""
+        reads = _READS if self.server_type == "redis" else None
+        runtime = self.__dict__.get(_RUNTIME)
+        current = getattr(self, _CURRENT, None)
+        if not reads or not isinstance(runtime, _CompiledScripts) or not isinstance(current, list):
+            return slow
+        table = runtime.table_from
+
+        def call(op: Any, *args: Any) -> Any:
+            read = reads.get(op)
+            sealed = runtime._sealed
+            # the global check first, as fakeredis's (which refuses the call)
+            if read is None or sealed is None or not sealed.clean():
+                return slow(op, *args)
+            sock = current[0]
+            if getattr(sock, "_script_resp", None) != 2 or not all(type(a) in _ARGS for a in args):
+                return slow(op, *args)
+            # a Lua number becomes its %.17g digits, as fakeredis makes them
+            out = read(sock, [a if type(a) is bytes else b"%.17g" % a for a in args], table)
+            return slow(op, *args) if out is _SLOW else out
+
+        return call
+
+
+_READS = _lane()
 
 
 def fake_server() -> fakeredis.FakeServer:

@@ -131,8 +131,12 @@ class HistoryReads(Protocol):
         """Close a subscription `follow` made."""
         ...
 
-    async def wait_ready(self, queues: Sequence[str] | None, timeout: float) -> bool:
-        """Block until a run may be ready on these queues (or timeout)."""
+    async def wait_ready(
+        self, queues: Sequence[str] | None, timeout: float, *, owner: str | None = None
+    ) -> bool:
+        """Block until a run may be ready on these queues (or timeout). With
+        `owner`, also until a run that worker parked with a sticky delay (see
+        `Store.suspend`) is ready: its wake-ups go to that worker first."""
         ...
 
     async def wait_finished(self, run_id: str, timeout: float) -> bool:

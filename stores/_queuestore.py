@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 
 from stores._base import RedisBase
@@ -37,11 +38,14 @@ class Queues(RedisBase):
         self, queues: Sequence[str], limits: Sequence[QueueLimits], now: float
     ) -> list[QueueStats]:
         found: dict[str, QueueStats] = {}
-        for p in self._partitions():
-            reply = await self._call(
+        replies = await asyncio.gather(*(  # the partitions at once
+            self._call(
                 "queues", [self._anchor(p)],
                 [self.keys.base(p), num(now), *limits_args(limits), "0", *queues],
-            )  # fmt: skip
+            )
+            for p in self._partitions()
+        ))  # fmt: skip
+        for reply in replies:
             if reply and reply[0] == "err":
                 raise ValueError(f"the store refused an argument: {reply[2]}")
             for name, pending, executing, oldest, why in reply:

@@ -11,6 +11,7 @@ from redis.exceptions import ResponseError
 from stores import _codec, _decode
 from stores._base import RedisBase
 from stores._keys import SUFFIX
+from stores._wakeups import ShardedFeed
 from stores.protocol import (
     CorruptData,
     Lineage,
@@ -178,9 +179,18 @@ class Reads(RedisBase):
     async def follow(
         self, subscription: Any, timeout: float, count: int
     ) -> tuple[list[StoredEvent], Any]:
+        channels = [self.keys.feed(p) for p in self._partitions()]
+        if subscription is None and self.cluster:
+            # Sharded channels (the scripts SPUBLISH there), one connection per master.
+            subscription = await ShardedFeed.open(self.client, channels)  # type: ignore[arg-type]
+        if isinstance(subscription, ShardedFeed):
+            found = (_codec.feed_event(data) for data in await subscription.get(timeout, count))
+            return [event for event in found if event is not None], subscription
         if subscription is None:
             subscription = self.blocking_client.pubsub()
-            await subscription.subscribe(*(self.keys.feed(p) for p in self._partitions()))
+            await subscription.subscribe(*channels)
+            for _ in channels:  # subscribed to all before returning (an ack reads as None)
+                await subscription.get_message(timeout=5.0)
         out: list[StoredEvent] = []
         msg = await subscription.get_message(ignore_subscribe_messages=True, timeout=timeout)
         while msg is not None:
@@ -193,15 +203,24 @@ class Reads(RedisBase):
         return out, subscription
 
     async def unfollow(self, subscription: Any) -> None:
-        if isinstance(subscription, PubSub):
+        if isinstance(subscription, ShardedFeed):
+            await subscription.close()
+        elif isinstance(subscription, PubSub):
             await subscription.aclose()  # type: ignore[no-untyped-call]
 
     # -- blocking waits --------------------------------------------------------
 
-    async def wait_ready(self, queues: Sequence[str] | None, timeout: float) -> bool:
+    async def wait_ready(
+        self, queues: Sequence[str] | None, timeout: float, *, owner: str | None = None
+    ) -> bool:
         names = list(queues) if queues else [None]
+        own = [] if owner is None else [owner]  # the runs it keeps in memory (sticky)
         return await self._blpop_any(
-            [[self.keys.wake(p, q) for q in names] for p in self._partitions()], timeout
+            [
+                [self.keys.wake(p, q) for q in names] + [self.keys.swake(p, o) for o in own]
+                for p in self._partitions()
+            ],
+            timeout,
         )
 
     async def wait_finished(self, run_id: str, timeout: float) -> bool:

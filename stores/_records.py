@@ -230,6 +230,10 @@ class Claim:
     With `damage`, the store could not read the run: nothing else of the claim
     is usable (`run` holds what could be read), and the caller should fail the
     run (`Store.quarantine`) instead of executing it.
+
+    With `cached`, the claimer parked this run last with a sticky delay and
+    nothing was written to it since (`Store.suspend`): `journal` and `lineage`
+    are left out (empty), the claimer holds them.
     """
 
     run: StoredRun
@@ -237,6 +241,7 @@ class Claim:
     mail: frozenset[Mailbox] = frozenset()
     lineage: dict[str, str] = attrs.field(factory=dict)
     damage: Damaged | None = None
+    cached: bool = False
 
 
 @attrs.frozen

@@ -19,7 +19,13 @@ rely on, and what keeps them honest:
   ``read_response``, ``retry.call_with_retry``), so connection errors are
   retried with the connection's `Retry`, reconnecting with its TLS, ACL and
   database settings, and a cancelled call closes its connection (redis-py's
-  ``read_response`` does) so no later call reads a stale reply;
+  ``read_response`` does) so no later call reads a stale reply (a call in a
+  pipelined batch is answered by the batch's own task, which reads every
+  reply, so its caller's cancellation leaves nothing unread);
+- calls made while others are on the wire are pipelined: one write, the
+  replies read back in order (`Lane._joined`); a connection lost under a
+  batch sends the unanswered calls again one by one, with the retries a call
+  alone gets (a script that had run is run again, as after any retried call);
 - ``NOSCRIPT`` is left to redis-py's script object (``Redis.register_script``),
   which loads the script and runs it again over the normal path.
 
@@ -55,17 +61,21 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.connection import AbstractConnection, ConnectionPool
 from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from stores import _migrating
+
 __all__ = [
     "READ_ERRORS",
     "Lane",
     "RedisPyScripts",
     "ScriptRunner",
+    "is_cluster",
     "pack",
     "script_runner",
     "strict_args",
@@ -81,6 +91,11 @@ def unavailable(error: BaseException) -> bool:
     refused or lost connection (``BusyLoadingError`` is one), a timeout, an
     ``OSError`` underneath. Anything else is a fault in the data or the call."""
     return isinstance(error, (RedisConnectionError, RedisTimeoutError, OSError, TimeoutError))
+
+
+def is_cluster(client: Any) -> bool:
+    """Whether `client` is redis-py's asyncio Redis Cluster client."""
+    return isinstance(client, RedisCluster)
 
 
 def strict_args(args: Sequence[Any]) -> list[Any]:
@@ -111,6 +126,8 @@ def script_runner(client: Any, *, size: int | None = None) -> ScriptRunner:
         or not isinstance(pool, ConnectionPool)
         or client.single_connection_client  # its lock would be bypassed
     ):
+        if is_cluster(client):  # its reads too follow ASK rightly (stores._migrating)
+            _migrating.follow_asks(client)
         return RedisPyScripts()
     if size is None:
         size = max(1, min(64, pool.max_connections // 2))
@@ -121,6 +138,9 @@ class RedisPyScripts:
     """redis-py's own path: the script object, through its client."""
 
     async def run(self, script: AsyncScript, keys: Sequence[Any], args: Sequence[Any]) -> Any:
+        client = script.registered_client
+        if is_cluster(client):  # runs whole or not at all while its slot moves
+            return await _migrating.run(client, script, strict_args(keys), strict_args(args))
         return await script(strict_args(keys), strict_args(args))
 
     async def close(self) -> None:
@@ -175,10 +195,12 @@ class Lane:
 
     A call takes an idle one (or makes the pool give one more, or waits for
     one when all are busy) and puts it back after: no lock, no pool round
-    trip per call.
+    trip per call. With `pipelining` (the default), calls made while others
+    are on the wire go out together, one round trip for all of them (see
+    `_joined`).
     """
 
-    def __init__(self, pool: ConnectionPool, size: int) -> None:
+    def __init__(self, pool: ConnectionPool, size: int, *, pipelining: bool = True) -> None:
         if size < 1:
             raise ValueError(f"a lane needs at least one connection, got size={size}")
         self._pool = pool
@@ -196,22 +218,120 @@ class Lane:
         self._re_auth: Callable[[AbstractConnection], Awaitable[None]] | None = getattr(
             cls, "re_auth", None
         )  # in every supported redis-py (5.3+), not in every connection class
+        self._pipelining = pipelining
+        self._inflight = 0  # calls and batches on the wire
+        self._queue: list[tuple[tuple[Any, ...], asyncio.Future[Any]]] = []
+        self._flushing = False  # a flush of the queue is scheduled
+        self._batches: set[asyncio.Task[None]] = set()
+        #: Round trips that carried more than one call, and the calls they carried.
+        self.batched = (0, 0)
 
     async def run(self, script: AsyncScript, keys: Sequence[Any], args: Sequence[Any]) -> Any:
         """``EVALSHA`` of `script`: its reply, or the error Redis answered."""
-        conn = self._idle.pop() if self._idle else await self._take()
         command = ("EVALSHA", script.sha, len(keys), *keys, *args)
         try:
-            return await conn.retry.call_with_retry(
-                lambda: self._call(conn, command),
-                lambda _error: conn.disconnect(),
-            )
+            if self._pipelining and self._inflight:
+                return await self._joined(command)
+            return await self._alone(command)
         except NoScriptError:
-            pass  # a flushed or restarted server: below, once the connection is back
-        finally:
-            await self._give(conn)
+            pass  # a flushed or restarted server
         # redis-py loads it and runs it again
         return await script(strict_args(keys), strict_args(args))
+
+    async def _alone(self, command: tuple[Any, ...]) -> Any:
+        """`command` on a connection of its own (nothing else was on the wire)."""
+        self._inflight += 1
+        try:
+            conn = self._idle.pop() if self._idle else await self._take()
+            try:
+                return await conn.retry.call_with_retry(
+                    lambda: self._call(conn, command),
+                    lambda _error: conn.disconnect(),
+                )
+            finally:
+                await self._give(conn)
+        finally:
+            self._inflight -= 1
+
+    # -- pipelining ------------------------------------------------------------
+    # A call made while others are on the wire joins a queue; the queue goes
+    # out at the next turn of the event loop as one write on one connection,
+    # and the replies are read back in order: N calls made together (a
+    # gather of steps, many runs of one worker) cost one round trip, not N,
+    # and Redis reads them with one system call. Each call is still its own
+    # script, atomic and fenced. A call alone goes out at once, so a
+    # sequential caller waits for no batch.
+
+    async def _joined(self, command: tuple[Any, ...]) -> Any:
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._queue.append((command, future))
+        if not self._flushing:
+            self._flushing = True
+            asyncio.get_running_loop().call_soon(self._flush)
+        return await future  # a cancelled caller's reply is read and dropped
+
+    def _flush(self) -> None:
+        self._flushing = False
+        batch, self._queue = self._queue, []
+        task = asyncio.ensure_future(self._send(batch))
+        self._batches.add(task)
+        task.add_done_callback(self._batches.discard)
+
+    async def _send(self, batch: list[tuple[tuple[Any, ...], asyncio.Future[Any]]]) -> None:
+        self._inflight += 1
+        conn: AbstractConnection | None = None
+        left = batch
+        try:
+            conn = self._idle.pop() if self._idle else await self._take()
+            if len(batch) > 1:
+                self.batched = (self.batched[0] + 1, self.batched[1] + len(batch))
+            await conn.send_packed_command([b for c, _ in batch for b in _packed(conn, c)])
+            for i, (_, future) in enumerate(batch):
+                left = batch[i:]
+                try:
+                    reply = await conn.read_response()
+                except (RedisConnectionError, RedisTimeoutError, OSError, TimeoutError):
+                    raise
+                except Exception as error:  # an error reply: that call's alone
+                    if not future.done():
+                        future.set_exception(error)
+                else:
+                    if not future.done():
+                        future.set_result(reply)
+            left = []
+        except (RedisConnectionError, RedisTimeoutError, OSError, TimeoutError):
+            # The connection failed: what has no reply yet goes again, one by one,
+            # with the connection's retries (as a call alone would be retried).
+            if conn is not None:
+                await conn.disconnect()
+            for command, future in left:
+                if not future.done():
+                    self._retry_alone(command, future)
+            left = []
+        finally:
+            for _, future in left:  # cancelled (the lane closing): nothing will answer
+                if not future.done():
+                    future.cancel()
+            if conn is not None:
+                await self._give(conn)
+            self._inflight -= 1
+
+    def _retry_alone(self, command: tuple[Any, ...], future: asyncio.Future[Any]) -> None:
+        async def again() -> None:
+            try:
+                reply = await self._alone(command)
+            except asyncio.CancelledError:
+                future.cancel()
+            except Exception as error:  # handed to the caller
+                if not future.done():
+                    future.set_exception(error)
+            else:
+                if not future.done():
+                    future.set_result(reply)
+
+        task = asyncio.ensure_future(again())
+        self._batches.add(task)
+        task.add_done_callback(self._batches.discard)
 
     async def close(self) -> None:
         """Give every connection back to the pool (closing the ones it no longer knows)."""

@@ -320,9 +320,18 @@ class Store(
         mailboxes: Sequence[Mailbox],
         *,
         approvers: Mapping[Mailbox, Sequence[str]] | None = None,
+        sticky: float | None = None,
     ) -> Parked:
         """Park a run on its mailboxes and deadline, writing `records` first, and
         re-checking the mailboxes (a signal that landed meanwhile is not lost).
+
+        With `sticky` (seconds), the lease owner keeps the parked run in memory:
+        when it is ready again, `wait_ready(owner=...)` of that owner wakes, and
+        claims by other owners pass it over for `sticky` seconds from when one
+        of them first sees it ready. The owner's next claim of it, while no
+        fenced write or lease change happened since (its fencing token and
+        journal write count are as this park left them), has
+        `Claim.cached` set and leaves journal and lineage out.
 
         `status` is the waiting status to move to. `READY` when a mailbox holds
         a signal or the deadline has passed: the run is queued again (pending)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 import redis.asyncio as aioredis
@@ -20,25 +20,24 @@ from redis.backoff import ExponentialWithJitterBackoff
 
 from stores import _codec, _decode
 from stores._children import Children
+from stores._claiming import Claiming
+from stores._cluster import CLUSTER_SCHEMES, DEFAULT_PARTITIONS, cluster_clients
 from stores._codec import num
 from stores._control import Control
 from stores._events import Events
 from stores._keys import SUFFIX, Keys
 from stores._outbox import Outbox
-from stores._queues import QueueLimits
-from stores._queuestore import Queues, limits_args
+from stores._queuestore import Queues
 from stores._reads import Reads
-from stores._redispy import READ_ERRORS, script_runner, unavailable
+from stores._redispy import READ_ERRORS, is_cluster, script_runner, unavailable
 from stores._schedules import Schedules
 from stores._scripts import build_scripts
 from stores._workers import Workers
 from stores.protocol import (
-    Claim,
     Consumed,
     CorruptData,
     EventType,
     EventWatch,
-    FlowScope,
     Mailbox,
     NewIntent,
     NewRun,
@@ -55,7 +54,7 @@ from stores.protocol import (
 __all__ = ["RedisStore"]
 
 
-class RedisStore(Reads, Control, Outbox, Workers, Events, Schedules, Children, Queues):
+class RedisStore(Claiming, Reads, Control, Outbox, Workers, Events, Schedules, Children, Queues):
     """Steadyflow's storage on Redis (or on fakeredis, for ``memory://``).
 
     Args:
@@ -97,7 +96,9 @@ class RedisStore(Reads, Control, Outbox, Workers, Events, Schedules, Children, Q
         if max_events_per_run < 100:
             raise ValueError(f"max_events_per_run must be at least 100, got {max_events_per_run}")
         self.max_events_per_run = max_events_per_run
-        scripts = build_scripts(events_max=max_events_per_run)
+        #: Whether `client` is a Redis Cluster client (scripts then guard against slot migration).
+        self.cluster = is_cluster(client)
+        scripts = build_scripts(events_max=max_events_per_run, cluster=self.cluster)
         # redis-py's script objects: their SHA, and their NOSCRIPT reload.
         self._scripts = {name: client.register_script(src) for name, src in scripts.items()}
         # Every operation is a script call (see stores._redispy).
@@ -106,9 +107,10 @@ class RedisStore(Reads, Control, Outbox, Workers, Events, Schedules, Children, Q
 
     @classmethod
     def from_url(
-        cls, url: str, *, prefix: str = "sf", partitions: int = 1, **kwargs: Any
+        cls, url: str, *, prefix: str = "sf", partitions: int | None = None, **kwargs: Any
     ) -> RedisStore:
-        """A store on a ``redis://``, ``rediss://`` (TLS) or ``unix://`` URL.
+        """A store on a ``redis://``, ``rediss://`` (TLS), ``unix://`` or Redis
+        Cluster (``redis+cluster://``, ``rediss+cluster://``) URL.
 
         User, password and database come from the URL. ``max_connections``
         (default 64) bounds the connections for script calls (every store
@@ -117,8 +119,17 @@ class RedisStore(Reads, Control, Outbox, Workers, Events, Schedules, Children, Q
         failing. ``max_events_per_run`` is the store's own (see the class).
         Other keyword arguments go to redis-py's connection pool
         (``ssl_ca_certs=...``, ``socket_timeout=...``).
+
+        A cluster URL names one or more nodes,
+        ``redis+cluster://[user:password@]host:port[,host:port...]``; the
+        client finds the others. `partitions` defaults to 1, and to 16 on a
+        cluster (`stores._cluster`, docs/operations.md#redis-cluster-and-partitions).
         """
         scheme = urlsplit(url).scheme
+        if scheme in CLUSTER_SCHEMES:
+            return cls._from_cluster_url(url, prefix, partitions, kwargs)
+        if partitions is None:
+            partitions = 1
         if scheme not in ("redis", "rediss", "unix"):
             raise ValueError(f"unsupported store URL scheme {scheme!r} in {_redact(url)!r}")
         kwargs.setdefault("health_check_interval", 30)
@@ -168,6 +179,24 @@ class RedisStore(Reads, Control, Outbox, Workers, Events, Schedules, Children, Q
         store._label = _redact(url)
         return store
 
+    @classmethod
+    def _from_cluster_url(
+        cls, url: str, prefix: str, partitions: int | None, kwargs: dict[str, Any]
+    ) -> RedisStore:
+        caps = {k: kwargs.pop(k) for k in ("max_events_per_run",) if k in kwargs}
+        Keys(prefix, DEFAULT_PARTITIONS if partitions is None else partitions)  # checked first
+        client, blocking = cluster_clients(url, **kwargs)
+        # Typed as a Redis: the cluster client answers the same commands.
+        store = cls(
+            cast("aioredis.Redis", client),
+            prefix=prefix,
+            partitions=DEFAULT_PARTITIONS if partitions is None else partitions,
+            blocking_client=cast("aioredis.Redis", blocking),
+            **caps,
+        )
+        store._label = _redact(url)
+        return store
+
     def describe(self) -> dict[str, Any]:
         return {
             "store": self._label,
@@ -176,6 +205,7 @@ class RedisStore(Reads, Control, Outbox, Workers, Events, Schedules, Children, Q
         }
 
     async def close(self) -> None:
+        await self._close_waits()
         await self._runner.close()
         if self.blocking_client is not self.client:
             await self.blocking_client.aclose()
@@ -221,65 +251,6 @@ class RedisStore(Reads, Control, Outbox, Workers, Events, Schedules, Children, Q
         return _codec.refused(reply)
 
     # -- activations ----------------------------------------------------------
-
-    async def claim(
-        self,
-        owner: str,
-        queues: Sequence[str] | None,
-        limit: int,
-        now: float,
-        lease_ttl: float,
-        *,
-        flows: Sequence[FlowScope] | None = None,
-        limits: Sequence[QueueLimits] = (),
-    ) -> list[Claim]:
-        claims: list[Claim] = []
-        for p in self._partitions():
-            if len(claims) >= limit:
-                break
-            reply = await self._call(
-                "claim",
-                [self._anchor(p)],
-                [self.keys.base(p), owner, num(now), num(now + lease_ttl),
-                 str(limit - len(claims)), *limits_args(limits),
-                 *_codec.scope(flows, queues)],
-            )  # fmt: skip
-            claims += _decode.claims(_decode.corrupt("", reply), self.keys.run, self._key)
-        return claims
-
-    def _key(self, suffix: str, run_id: str) -> str:
-        """A key of a run, by its `stores._keys.SUFFIX` name (for damage reports)."""
-        return self.keys.base_of(run_id) + SUFFIX[suffix] + run_id
-
-    async def poll(
-        self,
-        owner: str,
-        queues: Sequence[str] | None,
-        limit: int,
-        now: float,
-        lease_ttl: float,
-        max_recoveries: int,
-        recovery_error: str,
-        *,
-        flows: Sequence[FlowScope] | None = None,
-        limits: Sequence[QueueLimits] = (),
-    ) -> tuple[list[Claim], TickResult]:
-        claims: list[Claim] = []
-        ticks: list[TickResult] = []
-        for p in self._partitions():
-            reply = await self._call(
-                "poll",
-                [self._anchor(p)],
-                [
-                    self.keys.base(p), owner, num(now), num(now + lease_ttl),
-                    str(max(limit - len(claims), 0)), str(max_recoveries), recovery_error,
-                    *limits_args(limits), *_codec.scope(flows, queues),
-                ],
-            )  # fmt: skip
-            ticked, taken = _decode.corrupt("", reply)
-            ticks.append(_decode.tick_result(ticked))
-            claims += _decode.claims(taken, self.keys.run, self._key)
-        return claims, _decode.merged(ticks)
 
     async def record(
         self,
@@ -365,6 +336,7 @@ class RedisStore(Reads, Control, Outbox, Workers, Events, Schedules, Children, Q
         mailboxes: Sequence[Mailbox],
         *,
         approvers: Mapping[Mailbox, Sequence[str]] | None = None,
+        sticky: float | None = None,
     ) -> Parked:
         k = self.keys
         flat = [x for pair in records for x in pair]
@@ -379,7 +351,8 @@ class RedisStore(Reads, Control, Outbox, Workers, Events, Schedules, Children, Q
             [
                 k.base_of(run_id), run_id, str(fence), num(now),
                 "" if deadline is None else num(deadline), status.value,
-                str(len(records)), *flat, str(len(boxes)), *boxes, *allowed,
+                str(len(records)), *flat, str(len(boxes)), *boxes,
+                "" if sticky is None else num(sticky), *allowed,
             ],
         )  # fmt: skip
         _decode.corrupt(run_id, reply)
@@ -447,10 +420,11 @@ class RedisStore(Reads, Control, Outbox, Workers, Events, Schedules, Children, Q
             by_part.setdefault(self.keys.partition(run_id), []).extend((run_id, str(fence)))
         lost: list[str] = []
         asked: list[str] = []
-        for p, flat in by_part.items():
-            reply = await self._call(
-                "renew", [self._anchor(p)], [self.keys.base(p), num(expiry), *flat]
-            )
+        replies = await self._each("renew", [  # the partitions at once
+            ([self._anchor(p)], [self.keys.base(p), num(expiry), *flat])
+            for p, flat in by_part.items()
+        ])  # fmt: skip
+        for reply in replies:
             if reply and reply[0] == "err":
                 _decode.corrupt("", reply)
             lost += reply[0]
@@ -460,15 +434,12 @@ class RedisStore(Reads, Control, Outbox, Workers, Events, Schedules, Children, Q
     async def tick(
         self, now: float, max_recoveries: int, recovery_error: str, limit: int = 100
     ) -> TickResult:
-        ticks: list[TickResult] = []
-        for p in self._partitions():
-            reply = await self._call(
-                "tick",
-                [self._anchor(p)],
-                [self.keys.base(p), num(now), str(limit), str(max_recoveries), recovery_error],
-            )
-            ticks.append(_decode.tick_result(_decode.corrupt("", reply)))
-        return _decode.merged(ticks)
+        replies = await self._each("tick", [  # the partitions at once
+            ([self._anchor(p)],
+             [self.keys.base(p), num(now), str(limit), str(max_recoveries), recovery_error])
+            for p in self._partitions()
+        ])  # fmt: skip
+        return _decode.merged(_decode.tick_result(_decode.corrupt("", r)) for r in replies)
 
     async def quarantine(self, run_id: str, fence: int | None, now: float, error: str) -> bool:
         k = self.keys

@@ -43,6 +43,12 @@ class FlowTestEnv:
     `interceptors` go to both too (e.g. ``sdk.otel.OtelInterceptor``), after the
     env's own crash points and timings.
 
+    The worker keeps up to `sticky_cache` parked runs in memory, as a production
+    worker does (``Worker(sticky_cache=...)``): a wake-up continues the flow where
+    it waits instead of replaying its journal. Pass ``sticky_cache=0`` to replay
+    every wake-up (both give the flow the same values; a simulated crash,
+    `crash_at`, drops the cache as a dying process would).
+
     Example::
 
         async with FlowTestEnv() as env:
@@ -76,8 +82,10 @@ class FlowTestEnv:
         registry: Registry | None = None,
         converter: Serializer | cattrs.Converter | None = None,
         interceptors: Sequence[Interceptor] = (),
+        sticky_cache: int = 100,
     ) -> None:
         self.clock = clock or FakeClock()
+        self._sticky_cache = sticky_cache
         self.registry = registry
         self.serializer = Serializer.of(converter)
         self._own_store = store is None
@@ -123,6 +131,7 @@ class FlowTestEnv:
             interceptors=self._interceptors,
             registry=self.registry,
             converter=self.serializer,
+            sticky_cache=self._sticky_cache,
         )
         self._worker.engine.stubs = self._stubs  # this env's stubs, whenever they are set
         return self
@@ -132,6 +141,8 @@ class FlowTestEnv:
             self._pass.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._pass
+        if self._worker is not None and self._worker.engine.sticky is not None:
+            self._worker.engine.sticky.clear()  # the kept flows unwind (they record nothing)
         if self._own_store and self._store is not None:
             await self._store.close()
         if self._started_clock:

@@ -25,12 +25,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = [
     "tests/test_lane.py",
+    "tests/test_lane_pipelining.py",
     "tests/test_resp.py",
     "tests/test_unix_socket.py",
     "tests/test_tls_acl.py",
     "tests/test_store_conformance.py::TestRedisStore",
     "tests/redis_layout/test_retried_scripts.py",
     "tests/redis_layout/test_encodings.py",
+    "tests/test_cluster_wakeups.py",  # the sharded Pub/Sub adapter (stores._sharded)
+    "tests/test_cluster_store.py",  # redis+cluster:// clients (stores._cluster)
+    "tests/test_cluster_migration.py",  # slot moves under load (stores._migrating)
 ]
 
 

@@ -642,7 +642,8 @@ async def point_flow() -> int:
 
 
 async def test_a_tampered_type_in_the_journal_fails_the_run_without_importing() -> None:
-    async with FlowTestEnv(registry=REGISTRY) as env:
+    # no sticky cache: the wake-up replays the (tampered) journal
+    async with FlowTestEnv(registry=REGISTRY, sticky_cache=0) as env:
         handle = await env.start(point_flow)
         await env.run_until_idle()
         store = env.store

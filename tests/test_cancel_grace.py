@@ -233,7 +233,7 @@ async def test_cancel_of_a_run_executing_a_step_interrupts_it_and_the_cleanup_ru
 async def test_a_replay_after_the_cleanup_parked_gives_the_cancel_at_the_same_point(
     store: RedisStore,
 ) -> None:
-    async with FlowTestEnv(store=store) as env:
+    async with FlowTestEnv(store=store, sticky_cache=0) as env:  # every wake-up replays
         handle = await env.start(slow_cleanup_flow, "o-3")
         await env.run_until_idle()
         await env.client.cancel(handle.run_id, reason="out of stock", grace=60)

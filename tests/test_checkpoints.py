@@ -264,7 +264,7 @@ async def test_entering_waiting_for_human_takes_one_checkpoint(store: RedisStore
 async def test_a_suspension_requeued_by_a_signal_already_there_takes_no_waiting_checkpoint(
     store: RedisStore,
 ) -> None:
-    async with FlowTestEnv(FakeClock(START), store=store) as env:
+    async with FlowTestEnv(FakeClock(START), store=store, sticky_cache=0) as env:
         CLIENTS.append(env.client)
         handle = await env.start(self_signal)
         await env.run_until_idle()

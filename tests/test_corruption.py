@@ -599,7 +599,7 @@ async def test_an_idle_worker_looks_at_leases_at_least_once_a_lease_ttl() -> Non
     real_wait = store.wait_ready
     worker = Worker(store, [work], lease_ttl=2.0)
 
-    async def wait_ready(queues: Any, timeout: float) -> bool:
+    async def wait_ready(queues: Any, timeout: float, **kwargs: Any) -> bool:
         timeouts.append(timeout)
         if len(timeouts) >= 3:
             await worker.stop()

@@ -85,7 +85,7 @@ async def diverge(env: FlowTestEnv, version: str) -> RunFailed:
 async def test_changed_code_raises_non_determinism_error_naming_both_keys(
     store: RedisStore,
 ) -> None:
-    async with FlowTestEnv(store=store) as env:
+    async with FlowTestEnv(store=store, sticky_cache=0) as env:  # every wake-up replays
         failure = await diverge(env, "renamed")
     err = failure.error
     assert err.type == "sdk.errors:NonDeterminismError"
@@ -96,7 +96,7 @@ async def test_changed_code_raises_non_determinism_error_naming_both_keys(
 
 
 async def test_the_run_fails_on_non_determinism_even_when_the_flow_catches_it() -> None:
-    async with FlowTestEnv() as env:
+    async with FlowTestEnv(sticky_cache=0) as env:  # every wake-up replays
         failure = await diverge(env, "renamed_caught")
     assert failure.error.reason == "non_determinism"
     [caught] = SEEN
@@ -107,7 +107,7 @@ async def test_the_run_fails_on_non_determinism_even_when_the_flow_catches_it() 
 
 
 async def test_a_wait_where_a_step_was_recorded_also_diverges() -> None:
-    async with FlowTestEnv() as env:
+    async with FlowTestEnv(sticky_cache=0) as env:  # every wake-up replays
         failure = await diverge(env, "wait_instead")
     assert failure.error.reason == "non_determinism"
     assert "charge#1" in failure.error.message
@@ -115,7 +115,7 @@ async def test_a_wait_where_a_step_was_recorded_also_diverges() -> None:
 
 
 async def test_a_run_that_diverged_completes_when_resumed_with_fixed_code() -> None:
-    async with FlowTestEnv() as env:
+    async with FlowTestEnv(sticky_cache=0) as env:  # every wake-up replays
         await diverge(env, "renamed")
         CODE["version"] = "v1"  # the fix is deployed
         handle = await env.client.resume("ord-1")
@@ -151,7 +151,7 @@ async def aware(customer: str) -> str:
 
 
 async def test_current_run_knows_when_it_is_replaying() -> None:
-    async with FlowTestEnv() as env:
+    async with FlowTestEnv(sticky_cache=0) as env:  # every wake-up replays
         handle = await env.start(aware, "ada", run_id="aw-1", tenant_id="acme")
         await env.run_until_idle()
         await env.client.signal(handle.run_id, "go")
@@ -194,7 +194,7 @@ async def values() -> list[Any]:
 
 
 async def test_now_and_uuid4_replay_the_same_values() -> None:
-    async with FlowTestEnv(clock=FakeClock(START)) as env:
+    async with FlowTestEnv(clock=FakeClock(START), sticky_cache=0) as env:  # every wake-up replays
         handle = await env.start(values)
         await env.run_until_idle()
         await env.advance(timedelta(hours=5))
@@ -244,7 +244,7 @@ async def tail_flow() -> int:
 
 async def test_a_flow_that_returns_before_its_recorded_calls_fails_with_non_determinism() -> None:
     try:
-        async with FlowTestEnv() as env:
+        async with FlowTestEnv(sticky_cache=0) as env:  # every wake-up replays
             handle = await env.start(tail_flow)
             await env.run_until_idle()
             assert await handle.status() == "waiting_for_signal"

@@ -71,7 +71,7 @@ async def test_the_first_wait_wins_and_a_late_signal_for_a_loser_stays_in_the_ma
     store: RedisStore, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="asyncio")
-    async with FlowTestEnv(store=store) as env:
+    async with FlowTestEnv(store=store, sticky_cache=0) as env:  # every wake-up replays
         handle = await env.start(review)
         await env.run_until_idle()
         assert await handle.status() == "waiting_for_signal"
@@ -96,7 +96,7 @@ async def test_the_first_wait_wins_and_a_late_signal_for_a_loser_stays_in_the_ma
 
 
 async def test_the_race_replays_the_recorded_winner_after_a_crash() -> None:
-    async with FlowTestEnv() as env:
+    async with FlowTestEnv(sticky_cache=0) as env:  # every wake-up replays
         env.crash_at("note#1", "before")
         handle = await env.start(review)
         await env.run_until_idle()

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_every_script_the_store_calls_has_a_file() -> None:
     source = "\n".join(p.read_text() for p in (ROOT / "stores").glob("*.py"))
-    called = set(re.findall(r'(?:_call|_pipelined)\(\s*"(\w+)"', source))
+    called = set(re.findall(r'(?:_call|_pipelined|_each)\(\s*"(\w+)"', source))
     assert len(called) >= 20
     assert called == set(build_scripts(events_max=10_000))
 
@@ -74,3 +74,11 @@ def test_the_built_scripts_are_read_only() -> None:
     scripts = build_scripts(events_max=10_000)
     with pytest.raises(TypeError):
         scripts["record"] = "return 0"  # type: ignore[index]
+
+
+def test_a_built_script_names_itself_on_its_first_line() -> None:
+    # Redis quotes a script by its SHA only; an error about a stuck slot move
+    # names the operation from this line (stores._migrating).
+    for cluster in (False, True):
+        for name, src in build_scripts(events_max=10_000, cluster=cluster).items():
+            assert src.split("\n", 1)[0] == f"-- steadyflow:{name}"

@@ -275,7 +275,7 @@ async def rich_types() -> int:
 
 
 async def test_a_replayed_step_returns_the_live_type_and_value() -> None:
-    async with FlowTestEnv() as env:
+    async with FlowTestEnv(sticky_cache=0) as env:  # every wake-up replays
         handle = await env.start(rich_types)
         await env.run_until_idle()
         await env.client.signal(handle.run_id, "again")
@@ -366,7 +366,7 @@ async def catching() -> str:
 
 
 async def test_a_recorded_failure_reraises_the_same_type_and_message_on_replay() -> None:
-    async with FlowTestEnv() as env:
+    async with FlowTestEnv(sticky_cache=0) as env:  # every wake-up replays
         handle = await env.start(catching)
         await env.run_until_idle()
         await env.client.signal(handle.run_id, "again")
@@ -458,7 +458,7 @@ async def test_an_unserializable_step_result_fails_the_step_naming_its_key() -> 
 
 
 async def test_an_unserializable_result_reraises_serialization_error_on_replay() -> None:
-    async with FlowTestEnv() as env:
+    async with FlowTestEnv(sticky_cache=0) as env:  # every wake-up replays
         handle = await env.start(unserializable_caught)
         await env.run_until_idle()
         await env.client.signal(handle.run_id, "again")

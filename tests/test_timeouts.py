@@ -181,7 +181,7 @@ async def caught() -> str:
 
 async def test_a_recorded_step_timeout_replays_identically(store: RedisStore) -> None:
     HANGS["once"] = 1
-    async with FlowTestEnv(store=store) as env:
+    async with FlowTestEnv(store=store, sticky_cache=0) as env:  # every wake-up replays
         handle = await env.start(caught)
         await hang_then_advance(env, "once", 30)
         assert (await handle.status()) == RunStatus.WAITING_FOR_SIGNAL

@@ -257,7 +257,7 @@ async def test_a_wait_timeout_raises_wait_timeout_at_its_deadline() -> None:
 
 
 async def test_a_wait_timeout_is_raised_identically_on_replay_after_a_crash() -> None:
-    async with FlowTestEnv() as env:
+    async with FlowTestEnv(sticky_cache=0) as env:  # every wake-up replays
         handle = await env.start(with_timeout)
         await env.run_until_idle()
         await env.advance(60)

@@ -60,7 +60,7 @@ class StoreOptions:
 
     url: str | None
     prefix: str | None
-    partitions: int
+    partitions: int | None
 
     def open(self) -> RedisStore:
         """The store; call it inside the event loop that will use it."""
@@ -70,7 +70,8 @@ class StoreOptions:
 _STORE_OPTIONS = (
     click.option(
         "--store", "store_url", metavar="URL", default=None,
-        help=f"Store: redis://, rediss://, unix://, embedded://[DIR] or memory://. "
+        help="Store: redis://, rediss://, unix://, redis+cluster://, embedded://[DIR] or "
+        "memory://. "
         f"[default: ${STORE_VARIABLE}, else {DEFAULT_URL} if a Redis answers there, "
         "else the embedded server]",
     ),
@@ -80,8 +81,9 @@ _STORE_OPTIONS = (
         f"[default: ${PREFIX_VARIABLE}, else {DEFAULT_PREFIX}]",
     ),
     click.option(
-        "--partitions", metavar="N", type=click.IntRange(min=1), default=1, show_default=True,
-        help="Hash-tag partitions; the same in every process of a deployment.",
+        "--partitions", metavar="N", type=click.IntRange(min=1), default=None,
+        help="Hash-tag partitions; the same in every process of a deployment. "
+        "[default: 1; 16 for a redis+cluster:// store]",
     ),
 )  # fmt: skip
 
@@ -91,7 +93,11 @@ def store_options(command: Callable[..., T]) -> Callable[..., T]:
 
     @functools.wraps(command)
     def with_store(
-        *args: Any, store_url: str | None, prefix: str | None, partitions: int, **kwargs: Any
+        *args: Any,
+        store_url: str | None,
+        prefix: str | None,
+        partitions: int | None,
+        **kwargs: Any,
     ) -> T:
         return command(*args, store=StoreOptions(store_url, prefix, partitions), **kwargs)
 

@@ -55,6 +55,23 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
     help="Seconds a stopping worker lets in-flight activations finish. [default: the lease TTL]",
 )
 @click.option(
+    "--sticky-cache",
+    metavar="N",
+    type=click.IntRange(min=0),
+    default=1000,
+    show_default=True,
+    help="Parked runs kept in memory: their wake-ups continue the flow instead of "
+    "replaying its journal (0: replay every wake-up).",
+)
+@click.option(
+    "--sticky-delay",
+    metavar="SECONDS",
+    type=click.FloatRange(min=0),
+    default=1.0,
+    show_default=True,
+    help="Seconds a kept run's wake-up waits for this worker before any worker takes it.",
+)
+@click.option(
     "--log-level", metavar="LEVEL", type=click.Choice(LOG_LEVELS, case_sensitive=False),
     envvar="STEADYFLOW_LOG_LEVEL", show_envvar=True, default="INFO", show_default=True,
     help="Log level; logs go to stderr.",
@@ -71,6 +88,8 @@ def worker(
     lease_ttl: float,
     queues: str | None,
     grace: float | None,
+    sticky_cache: int,
+    sticky_delay: float,
     log_level: str,
     otel: bool,
 ) -> None:
@@ -85,7 +104,12 @@ def worker(
     import_flow_modules(modules)
     served = [q for q in queues.split(",") if q] if queues else None
     interceptors = [otel_interceptor()] if otel else []
-    asyncio.run(serve(store, concurrency, lease_ttl, served, grace, interceptors))
+    asyncio.run(
+        serve(
+            store, concurrency, lease_ttl, served, grace, interceptors,
+            sticky=(sticky_cache, sticky_delay),
+        )
+    )  # fmt: skip
 
 
 def otel_interceptor() -> Interceptor:
@@ -127,13 +151,17 @@ async def serve(
     queues: list[str] | None,
     grace: float | None,
     interceptors: Sequence[Interceptor] = (),
+    *,
+    sticky: tuple[int, float] = (1000, 1.0),
 ) -> None:
-    """Run a worker until SIGTERM or SIGINT, then close the store."""
+    """Run a worker until SIGTERM or SIGINT, then close the store (`sticky`: the
+    worker's sticky_cache and sticky_delay)."""
     store = options.open()
     try:
         worker = Worker(
             store, concurrency=concurrency, lease_ttl=lease_ttl, queues=queues,
-            grace_period=grace, interceptors=interceptors,
+            grace_period=grace, interceptors=interceptors, sticky_cache=sticky[0],
+            sticky_delay=sticky[1],
         )  # fmt: skip
     except InvalidArgument as exc:  # an option out of range: a usage error, not a crash
         await store.close()

@@ -4,6 +4,7 @@
 --
 -- Filled in when the scripts are built:
 -- - @EVENTS_MAX@: the store's max_events_per_run;
+-- - @CLUSTER@: true when the store runs on Redis Cluster, else false;
 -- - the `@generated` line: ALLOWED (the transition table), TERMINAL and
 --   RUN_KEYS, generated from their one Python source;
 -- - K.name: the key suffix itself (a table of them would be built per call).
@@ -14,6 +15,8 @@
 local P = ARGV[1]
 local unpack = unpack or table.unpack
 local EVENTS_MAX = @EVENTS_MAX@
+-- Whether the store runs on Redis Cluster (scripts then guard against slot migration).
+local CLUSTER = @CLUSTER@
 -- @generated: ALLOWED, TERMINAL, RUN_KEYS, MAX_PRIORITY (stores._scripts._lua_table)
 
 local function rk(id) return P .. K.run .. id end
@@ -139,23 +142,39 @@ local function move(id, to, explicit)
   return nil
 end
 
+-- Leave a wake-up token on list `w` (at most 1024 kept). On Redis Cluster the
+-- waiters sleep on a sharded channel named like the list (same slot), and take
+-- the token when it rings (stores._wakeups); on one node they BLPOP the list.
+local function token(w)
+  redis.call('LPUSH', w, '1')
+  redis.call('LTRIM', w, 0, 1023)
+  if CLUSTER then redis.call('SPUBLISH', w, '1') end
+end
+
 -- Put a run on its ready queue (lower priority first, FIFO within one) and
 -- leave a wake-up token for the workers of that queue and of every queue.
 local function nudge(q)
-  for _, w in ipairs({P .. K.wake .. q, P .. K.wake .. '*'}) do
-    redis.call('LPUSH', w, '1')
-    redis.call('LTRIM', w, 0, 1023)
-  end
+  token(P .. K.wake .. q)
+  token(P .. K.wake .. '*')
 end
 
+-- A run parked by a worker that keeps it in memory (field sticky, see
+-- suspend.lua: "fence:jseq:delay:owner", valid while the fence is unchanged)
+-- also wakes that worker on its own list (K.swake .. owner).
 local function enqueue(id)
   local key = rk(id)
-  local q = redis.call('HGET', key, 'queue')
-  local prio = tonumber(redis.call('HGET', key, 'priority'))
+  local q, prio, tok, fence = unpack(redis.call('HMGET', key, 'queue', 'priority', 'sticky', 'fence'))
+  prio = tonumber(prio)
   local seq = redis.call('INCR', P .. K.seq)
   redis.call('ZADD', P .. K.queue .. q, string.format('%.0f', prio * 1099511627776 + seq), id)
   redis.call('SADD', P .. K.queues, q)
   nudge(q)
+  if tok then
+    local f, o = string.match(tok, '^(%d+):%d+:[^:]*:(.+)$')
+    if f and f == fence then
+      token(P .. K.swake .. o)
+    end
+  end
 end
 
 -- The set of runs of queue `q` executing under concurrency key `ck` (the names
@@ -244,7 +263,10 @@ local function emit(id, etype, at, step, data, seq)
   -- Live followers get it by Pub/Sub (nothing stored; nearly free with no
   -- subscriber): fields "<byte length>:<bytes>" in the order run, event id,
   -- type, at, step, data. They look trace and tenant ids up once per run.
-  redis.call('PUBLISH', P .. K.feed, #id .. ':' .. id .. #eid .. ':' .. eid .. #etype .. ':'
+  -- On Redis Cluster a sharded channel: its node alone carries it (PUBLISH goes
+  -- to every node), and followers subscribe per master (stores._wakeups).
+  redis.call(CLUSTER and 'SPUBLISH' or 'PUBLISH', P .. K.feed,
+             #id .. ':' .. id .. #eid .. ':' .. eid .. #etype .. ':'
              .. etype .. #at .. ':' .. at .. #step .. ':' .. step .. #data .. ':' .. data)
   return eid
 end
@@ -296,9 +318,7 @@ local function internal_intent(id, channel, payload, now)
              'tail', '"channel":"' .. channel .. '"}', 'status', 'pending', 'n', '0', 'f', '0',
              'at', now, 'due', now)
   redis.call('ZADD', P .. K.outbox .. channel, now, iid)
-  local w = P .. K.outbox_wake .. channel
-  redis.call('LPUSH', w, '1')
-  redis.call('LTRIM', w, 0, 1023)
+  token(P .. K.outbox_wake .. channel)
 end
 
 -- A scheduled run ended (field schedule; schedules live in this partition, see
@@ -362,11 +382,7 @@ end
 local function ik(iid) return P .. K.intent .. iid end
 local function intent_data(iid, tail) return '{"intent_id":"' .. iid .. '",' .. tail end
 
-local function wake_outbox(channel)
-  local w = P .. K.outbox_wake .. channel
-  redis.call('LPUSH', w, '1')
-  redis.call('LTRIM', w, 0, 1023)
-end
+local function wake_outbox(channel) token(P .. K.outbox_wake .. channel) end
 
 local function add_intent(id, step, channel, body, tail, now)
   local iid = string.format('%.0f', redis.call('INCR', P .. K.intent_seq))
@@ -649,7 +665,17 @@ local function maintain(now, limit, max_recoveries, recovery_error)
     damage[#damage + 1] = key
     damage[#damage + 1] = what
   end
-  for _, id in ipairs(redis.call('ZRANGEBYSCORE', P .. K.timers, '-inf', now, 'LIMIT', 0, limit)) do
+  -- Each index's first entry is read once, and its due entries only when it is
+  -- due: an idle pass reads five entries, not five ranges and then four entries.
+  local first, moved = {}, false
+  local function due(index)
+    first[index] = redis.call('ZRANGE', P .. index, 0, 0, 'WITHSCORES')
+    local at = first[index][2]
+    if not at or tonumber(at) > tonumber(now) then return {} end
+    moved = true
+    return redis.call('ZRANGEBYSCORE', P .. index, '-inf', now, 'LIMIT', 0, limit)
+  end
+  for _, id in ipairs(due(K.timers)) do
     redis.call('ZREM', P .. K.timers, id)
     local key, bad, st = damaged(id)
     if bad then
@@ -662,7 +688,7 @@ local function maintain(now, limit, max_recoveries, recovery_error)
       fired = fired + 1
     end
   end
-  for _, id in ipairs(redis.call('ZRANGEBYSCORE', P .. K.leases, '-inf', now, 'LIMIT', 0, limit)) do
+  for _, id in ipairs(due(K.leases)) do
     local key = rk(id)
     redis.call('ZREM', P .. K.leases, id)
     local dkey, bad, st = damaged(id)
@@ -687,7 +713,7 @@ local function maintain(now, limit, max_recoveries, recovery_error)
   end
   -- Run timeouts: a run still going at its deadline fails with reason timed_out,
   -- wherever it is (queued, leased: its activation is fenced out, parked).
-  for _, id in ipairs(redis.call('ZRANGEBYSCORE', P .. K.deadlines, '-inf', now, 'LIMIT', 0, limit)) do
+  for _, id in ipairs(due(K.deadlines)) do
     redis.call('ZREM', P .. K.deadlines, id)
     local key, bad, st = damaged(id)
     if not bad and st and not TERMINAL[st] then
@@ -709,7 +735,7 @@ local function maintain(now, limit, max_recoveries, recovery_error)
   -- Cancel requests whose grace ran out (Client.cancel(grace=)): the cancel is
   -- forced, as cancel.lua does at once (a hung cleanup cannot keep the run alive;
   -- its activation is fenced out). The event data was made with the request.
-  for _, id in ipairs(redis.call('ZRANGEBYSCORE', P .. K.cancels, '-inf', now, 'LIMIT', 0, limit)) do
+  for _, id in ipairs(due(K.cancels)) do
     redis.call('ZREM', P .. K.cancels, id)
     local key, bad, st = damaged(id)
     if not bad and st and not TERMINAL[st] then
@@ -726,7 +752,7 @@ local function maintain(now, limit, max_recoveries, recovery_error)
     end
   end
   -- Retention: delete runs whose time is up, and tombstones whose grace is.
-  for _, id in ipairs(redis.call('ZRANGEBYSCORE', P .. K.expiry, '-inf', now, 'LIMIT', 0, limit)) do
+  for _, id in ipairs(due(K.expiry)) do
     local key = rk(id)
     local bad = mistyped(key, 'hash')
     local st, at = nil, nil
@@ -744,12 +770,17 @@ local function maintain(now, limit, max_recoveries, recovery_error)
     end
   end
   local repaired = repair(now, limit, note)
-  local nt = redis.call('ZRANGE', P .. K.timers, 0, 0, 'WITHSCORES')
-  local nl = redis.call('ZRANGE', P .. K.leases, 0, 0, 'WITHSCORES')
+  -- the first entries read above still hold unless a due loop or a repair wrote
+  if moved or repaired > 0 then first = {} end
+  local function next_of(index)
+    return first[index] or redis.call('ZRANGE', P .. index, 0, 0, 'WITHSCORES')
+  end
+  local nt = next_of(K.timers)
+  local nl = next_of(K.leases)
   -- a run's deadline is a timer too: the worker wakes for the earliest of them
-  local nd = redis.call('ZRANGE', P .. K.deadlines, 0, 0, 'WITHSCORES')
+  local nd = next_of(K.deadlines)
   if nd[2] and (not nt[2] or tonumber(nd[2]) < tonumber(nt[2])) then nt = nd end
-  nd = redis.call('ZRANGE', P .. K.cancels, 0, 0, 'WITHSCORES')
+  nd = next_of(K.cancels)
   if nd[2] and (not nt[2] or tonumber(nd[2]) < tonumber(nt[2])) then nt = nd end
   return fired + timed_out + forced, recovered, nt[2] or '', nl[2] or '', repaired, damage
 end
@@ -780,16 +811,37 @@ local function arrival(q)
   return tonumber(type(t) == 'string' and t or nil) or 0
 end
 
-local function head(q, served, lim, now)
+-- Sticky routing: a run another worker parked and keeps in memory (field
+-- sticky, see enqueue) is left to it for its delay, counted from when a worker
+-- other than `owner` first saw it ready (field sticky_seen). Returns when it
+-- falls to any worker, or nil if `owner` may take it now.
+local function sticky_until(id, owner, now)
+  local s = redis.pcall('HMGET', rk(id), 'sticky', 'fence', 'sticky_seen')
+  if s.err or not s[1] then return nil end
+  local f, d, o = string.match(s[1], '^(%d+):%d+:([^:]*):(.+)$')
+  if not f or o == owner or f ~= s[2] or not isnum(d) then return nil end
+  local seen = s[3]
+  if not isnum(seen) then
+    seen = now
+    redis.call('HSET', rk(id), 'sticky_seen', now)
+  end
+  local at = tonumber(seen) + tonumber(d)
+  if at <= tonumber(now) then return nil end
+  return at
+end
+
+local function head(q, served, lim, now, owner)
   local keyed = lim and lim.k
-  local r = redis.call('ZRANGE', P .. K.queue .. q, 0, (served or keyed) and 63 or 0, 'WITHSCORES')
+  local wide = served or keyed
+  local r = redis.call('ZRANGE', P .. K.queue .. q, 0, wide and 63 or 0, 'WITHSCORES')
   if #r == 0 then return nil end
   if lim then
     if lim.w and lim.w <= 0 then return nil, 'worker' end
     if lim.c and slots(P .. K.qslots .. q) >= lim.c then return nil, 'concurrency' end
   end
-  local held = nil
-  for i = 1, #r, 2 do
+  local held, later = nil, nil
+  local i = 1
+  while i <= #r do
     local ok = true
     if served then
       local fv = redis.pcall('HMGET', rk(r[i]), 'flow', 'flow_version')
@@ -806,6 +858,10 @@ local function head(q, served, lim, now)
         ok, held = false, 'key'
       end
     end
+    if ok and owner then
+      local at = sticky_until(r[i], owner, now)
+      if at then ok, later = false, math.min(at, later or at) end
+    end
     if ok then
       if lim and lim.t and redis.pcall('HGET', rk(r[i]), 'status') == 'pending' then
         local tat = arrival(q)
@@ -813,19 +869,32 @@ local function head(q, served, lim, now)
       end
       return r[i], tonumber(r[i + 1])
     end
+    if i + 2 > #r and not wide and later then  -- the head waits for its worker: look further
+      wide = true
+      r = redis.call('ZRANGE', P .. K.queue .. q, 0, 63, 'WITHSCORES')
+    end
+    i = i + 2
   end
+  if later then return nil, held or 'sticky', later end
   return nil, held
 end
 
 -- What stops run `id` (usable, of status `st`) from being claimed, read first
 -- (take writes nothing for it then): returns nil, key, what is wrong; else its
--- journal, its non-empty mailboxes and its lineage.
-local function claimable(id, st)
+-- journal, its non-empty mailboxes and its lineage. With `cached` (the claimer
+-- parked it last and holds it: see sticky_hit), journal and lineage are left out.
+local function claimable(id, st, cached)
   local jkey, lkey, names = P .. K.journal .. id, P .. K.lineage .. id, P .. K.mailboxes .. id
-  local journal = redis.pcall('HGETALL', jkey)
-  if journal.err then return nil, jkey, mistyped(jkey, 'hash') end
-  local lineage = redis.pcall('HGETALL', lkey)
-  if lineage.err then return nil, lkey, mistyped(lkey, 'hash') end
+  local journal, lineage = {}, {}
+  if cached then
+    local where, bad = mistyped_any({jkey, 'hash', lkey, 'hash'})
+    if bad then return nil, where, bad end
+  else
+    journal = redis.pcall('HGETALL', jkey)
+    if journal.err then return nil, jkey, mistyped(jkey, 'hash') end
+    lineage = redis.pcall('HGETALL', lkey)
+    if lineage.err then return nil, lkey, mistyped(lkey, 'hash') end
+  end
   local boxes = redis.pcall('SMEMBERS', names)
   if boxes.err then return nil, names, mistyped(names, 'set') end
   -- mailboxes holding signals now: a wait on any other one can park
@@ -843,9 +912,20 @@ local function claimable(id, st)
   return journal, mail, lineage
 end
 
+-- Whether `owner` parked run `id` last and its journal is as it left it: its
+-- sticky token (suspend.lua) names `owner`, the fence and the journal write
+-- sequence of now. The claim then leaves the journal out (the worker has it).
+local function sticky_hit(id, owner)
+  local s = redis.call('HMGET', rk(id), 'sticky', 'fence', 'jseq')
+  if not s[1] then return false end
+  local f, j, o = string.match(s[1], '^(%d+):(%d+):[^:]*:(.+)$')
+  return o == owner and f == (s[2] or '0') and j == (s[3] or '0')
+end
+
 -- Take up to `limit` ready runs (lowest score first across `queues`; every
 -- queue when `every`), lease them to `owner`, and return for each {id, its run
--- hash, its whole journal, its non-empty mailboxes, its lineage records}. A run
+-- hash, its whole journal, its non-empty mailboxes, its lineage records, 1 when
+-- journal and lineage were left out (sticky_hit), else 0}. A run
 -- whose data cannot be worked with is taken off its queue and not leased: it
 -- comes back as {id, key, what is wrong}, for the worker to fail it alone.
 -- `lims`: queue -> its limits (see head). Also returns when a rate-limited
@@ -861,7 +941,7 @@ local function take(owner, now, expiry, limit, queues, every, served, lims)
     local best, bestq, bests = nil, nil, nil
     for _, q in ipairs(queues) do
       if not held[q] then
-        local id, got, at = head(q, served, lims[q], now)  -- got: a score, or a limit
+        local id, got, at = head(q, served, lims[q], now, owner)  -- got: a score, or a limit
         if id then
           if best == nil or got < bests then best, bestq, bests = id, q, got end
         elseif got then
@@ -875,10 +955,11 @@ local function take(owner, now, expiry, limit, queues, every, served, lims)
     redis.call('ZREM', P .. K.queue .. bestq, best)
     local key = rk(best)
     local where, bad, st = damaged(best)
-    local journal, mail, lineage = nil, nil, nil
+    local journal, mail, lineage, hit = nil, nil, nil, false
     -- anything else is a stale entry (e.g. canceled meanwhile): drop it
     if not bad and (st == 'pending' or st == 'running' or st == 'replaying') then
-      journal, mail, lineage = claimable(best, st)
+      hit = sticky_hit(best, owner)
+      journal, mail, lineage = claimable(best, st, hit)
       if not journal then where, bad = mail, lineage end
     end
     if bad then
@@ -910,7 +991,8 @@ local function take(owner, now, expiry, limit, queues, every, served, lims)
       redis.call('HSET', key, 'lease_owner', owner, 'lease_exp', expiry,
                  'slot', ((lim and (lim.c or lim.k)) and '1' or '0') .. bestq)
       redis.call('ZADD', P .. K.leases, expiry, best)
-      out[#out + 1] = {best, redis.call('HGETALL', key), journal, mail, lineage}
+      redis.call('HDEL', key, 'sticky', 'sticky_seen')  -- claimed: no longer parked anywhere
+      out[#out + 1] = {best, redis.call('HGETALL', key), journal, mail, lineage, hit and 1 or 0}
       n = n + 1
     end
   end
@@ -937,6 +1019,35 @@ local function take(owner, now, expiry, limit, queues, every, served, lims)
   end
   if every and empty then redis.call('DEL', P .. K.wake .. '*') end
   return out, room and string.format('%.17g', room) or '', capped
+end
+
+-- A claim across partitions (stores/_claiming.py) first asks every partition,
+-- in one concurrent round, for its best ready runs without taking them: up to
+-- `k` of them, lowest score first, as {score, created_at, queue}. A queue's
+-- first run is its first this caller may take (head: flows served, limits,
+-- sticky runs); the runs behind it are not checked. Also whether a ready run
+-- waits for this caller's own worker cap, and when a held queue has room.
+local function peek(k, owner, queues, every, served, lims, now)
+  if every then queues = redis.call('SMEMBERS', P .. K.queues) end
+  local found, capped, room = {}, false, nil
+  for _, q in ipairs(queues) do
+    local id, got, at = head(q, served, lims[q], now, owner)
+    if id then
+      local r = redis.call('ZRANGEBYSCORE', P .. K.queue .. q, string.format('%.17g', got), '+inf',
+                           'WITHSCORES', 'LIMIT', 0, k)
+      for i = 1, #r, 2 do found[#found + 1] = {r[i + 1], r[i], q} end
+    else
+      if got == 'worker' then capped = true end
+      if at and (room == nil or at < room) then room = at end
+    end
+  end
+  table.sort(found, function(a, b) return tonumber(a[1]) < tonumber(b[1]) end)
+  local out = {}
+  for i = 1, math.min(k, #found) do
+    local at = redis.pcall('HGET', rk(found[i][2]), 'created_at')
+    out[i] = {found[i][1], type(at) == 'string' and at or '', found[i][3]}
+  end
+  return out, capped, room
 end
 
 -- ARGV from `from` on: m, m queue limits (name, concurrency, this worker's

@@ -10,7 +10,11 @@ local out, soonest = {}, nil
 for c = 5, #ARGV do
   local ch = ARGV[c]
   local q = P .. K.outbox .. ch
-  if #out < limit then
+  -- the channel's first entry: when it is not due, nothing is (an idle channel
+  -- costs this read and the token's DEL)
+  local first = redis.call('ZRANGE', q, 0, 0, 'WITHSCORES')
+  local due = first[2] ~= nil and tonumber(first[2]) <= tonumber(now)
+  if due and #out < limit then
     for _, iid in ipairs(redis.call('ZRANGEBYSCORE', q, '-inf', now, 'LIMIT', 0, limit - #out)) do
       local key = ik(iid)
       local h = redis.pcall('HMGET', key, 'status', 'run', 'body', 'f', 'n')
@@ -26,10 +30,10 @@ for c = 5, #ARGV do
     end
   end
   -- tokens are hints: with nothing due they would only cause empty claims
-  if #redis.call('ZRANGEBYSCORE', q, '-inf', now, 'LIMIT', 0, 1) == 0 then
+  if not due or #redis.call('ZRANGEBYSCORE', q, '-inf', now, 'LIMIT', 0, 1) == 0 then
     redis.call('DEL', P .. K.outbox_wake .. ch)
   end
-  local first = redis.call('ZRANGE', q, 0, 0, 'WITHSCORES')
+  if due then first = redis.call('ZRANGE', q, 0, 0, 'WITHSCORES') end  -- claims moved it
   if first[2] and (soonest == nil or tonumber(first[2]) < tonumber(soonest)) then
     soonest = first[2]
   end

@@ -1,6 +1,9 @@
 -- KEYS: run, journal. ARGV: P, id, fence, now, deadline|'', waiting status,
 --       n records, (key, record) * n, n mailboxes, mailbox * n,
---       (human mailbox, its approvers one per line) ...
+--       sticky delay|'', (human mailbox, its approvers one per line) ...
+-- With a sticky delay, the parking worker keeps the run in memory: field sticky
+-- ("fence:jseq:delay:owner") routes its wake-up to that worker first (enqueue,
+-- head) and lets its next claim leave the journal out (sticky_hit).
 -- Re-checks the mailboxes (and the deadline) in the same script that parks the
 -- run, so a signal that landed after the activation looked is not lost.
 local id = ARGV[2]
@@ -10,7 +13,10 @@ local bad = badnum(ARGV[4], 'now') or badnum(ARGV[5], 'deadline', false, true)
       and 'the status must be a waiting status')
   or badnum(ARGV[8 + 2 * (tonumber(ARGV[7]) or 0)], 'mailbox count', true)
 if bad then return err('invalid', bad) end
-if (#ARGV - 8 - 2 * tonumber(ARGV[7]) - tonumber(ARGV[8 + 2 * tonumber(ARGV[7])])) % 2 ~= 0 then
+local sticky_at = 9 + 2 * tonumber(ARGV[7]) + tonumber(ARGV[8 + 2 * tonumber(ARGV[7])])
+bad = badnum(ARGV[sticky_at], 'sticky delay', false, true)
+if bad then return err('invalid', bad) end
+if (#ARGV - sticky_at) % 2 ~= 0 then
   return err('invalid', 'approvers must come in mailbox, approvers pairs')
 end
 local run, where
@@ -45,8 +51,16 @@ for j = i + 1, i + nbox do
   boxes[#boxes + 1] = ARGV[j]
   if redis.call('LLEN', mbk(id, ARGV[j])) > 0 then ready = true end
 end
-i = i + 1 + nbox
-redis.call('HINCRBY', KEYS[1], 'fence', 1)
+i = i + 2 + nbox  -- past the sticky delay
+local fence = redis.call('HINCRBY', KEYS[1], 'fence', 1)
+local owner = redis.call('HGET', KEYS[1], 'lease_owner')
+if ARGV[sticky_at] ~= '' and owner then
+  redis.call('HSET', KEYS[1], 'sticky', string.format('%.0f', fence) .. ':' .. (run[3] or '0')
+             .. ':' .. ARGV[sticky_at] .. ':' .. owner)
+  redis.call('HDEL', KEYS[1], 'sticky_seen')
+else
+  redis.call('HDEL', KEYS[1], 'sticky', 'sticky_seen')
+end
 redis.call('HDEL', KEYS[1], 'lease_owner', 'lease_exp')
 redis.call('ZREM', P .. K.leases, id)
 vacate(id)  -- a parked run holds no slot of its queue

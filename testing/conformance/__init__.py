@@ -54,6 +54,7 @@ from testing.conformance._queues import QueueLimitChecks  # noqa: E402
 from testing.conformance._retention import RetentionChecks  # noqa: E402
 from testing.conformance._runs import RunChecks  # noqa: E402
 from testing.conformance._schedules import ScheduleChecks  # noqa: E402
+from testing.conformance._sticky import StickyChecks  # noqa: E402
 from testing.conformance._timeouts import TimeoutChecks  # noqa: E402
 from testing.conformance._waits import WaitChecks  # noqa: E402
 from testing.conformance._workers import WorkerChecks  # noqa: E402
@@ -84,6 +85,7 @@ class StoreConformance(
     CancelRequestChecks,
     QueueLimitChecks,
     ScheduleChecks,
+    StickyChecks,
 ):
     """Every check of the store protocol, for pytest to collect in a subclass.
 

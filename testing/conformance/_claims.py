@@ -18,6 +18,7 @@ from testing.conformance._support import (
     start_and_claim,
     status_of,
     step_record,
+    together,
 )
 
 
@@ -47,17 +48,44 @@ class ClaimChecks:
 
     async def test_claiming_one_at_a_time_keeps_the_order(self, store: Store) -> None:
         for i in range(4):
-            await store.create_run(new_run(f"r{i}", queue=f"q{i % 2}"))
+            await store.create_run(new_run(f"r{i}", queue=f"q{i % 2}", created_at=T0 + i))
 
         taken = [await claim_ids(store, limit=1) for _ in range(5)]
 
         assert taken == [["r0"], ["r1"], ["r2"], ["r3"], []]
 
+    async def test_runs_created_at_the_same_time_are_claimed_in_enqueue_order(
+        self, store: Store
+    ) -> None:
+        # FIFO by enqueue order: across partitions, creation times decide (see `together`)
+        r = together(store, *(f"r{i}" for i in range(4)))
+        for i, run_id in enumerate(r):
+            await store.create_run(new_run(run_id, queue=f"q{i % 2}"))
+
+        assert [await claim_ids(store, limit=1) for _ in range(3)] == [[r[0]], [r[1]], [r[2]]]
+        assert await claim_ids(store) == [r[3]]
+
+    async def test_priority_and_then_creation_time_order_claims_across_partitions(
+        self, store: Store
+    ) -> None:
+        # 40 runs land in every partition of a store with several, with 4
+        # priorities in a shuffled order: claims take the best first, across
+        # partitions, by priority and then creation time.
+        plan = [(f"r{i:02}", (i * 7) % 4, T0 + i) for i in range(40)]
+        for run_id, prio, at in plan:
+            await store.create_run(new_run(run_id, priority=prio, created_at=at))
+        best = [run_id for run_id, _, _ in sorted(plan, key=lambda x: (x[1], x[2]))]
+
+        assert await claim_ids(store, limit=10) == best[:10]
+        assert await claim_ids(store, limit=25) == best[10:35]
+        assert await claim_ids(store, limit=1) == best[35:36]
+        assert await claim_ids(store) == best[36:]
+
     async def test_claim_with_a_queue_filter_takes_only_those_queues(self, store: Store) -> None:
-        await store.create_run(new_run("a1", queue="qa"))
-        await store.create_run(new_run("b1", queue="qb"))
-        await store.create_run(new_run("c1", queue="qc"))
-        await store.create_run(new_run("b2", queue="qb", priority=-1))
+        await store.create_run(new_run("a1", queue="qa", created_at=T0))
+        await store.create_run(new_run("b1", queue="qb", created_at=T0 + 1))
+        await store.create_run(new_run("c1", queue="qc", created_at=T0 + 2))
+        await store.create_run(new_run("b2", queue="qb", priority=-1, created_at=T0 + 3))
 
         assert await claim_ids(store, queues=["qb"]) == ["b2", "b1"]
         assert await claim_ids(store, queues=["qx"]) == []
@@ -65,7 +93,7 @@ class ClaimChecks:
 
     async def test_claim_respects_the_limit(self, store: Store) -> None:
         for i in range(5):
-            await store.create_run(new_run(f"r{i}"))
+            await store.create_run(new_run(f"r{i}", created_at=T0 + i))
 
         assert await claim_ids(store, limit=2) == ["r0", "r1"]
         assert await claim_ids(store, limit=2) == ["r2", "r3"]

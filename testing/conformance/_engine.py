@@ -67,7 +67,8 @@ class EngineChecks:
 
     async def test_an_activation_gets_its_whole_journal_with_its_claim(self, store: Store) -> None:
         counting = CountingStore(store)
-        async with FlowTestEnv(store=counting.store, registry=KIT) as env:
+        # no sticky cache: the wake-up replays the journal its claim carries
+        async with FlowTestEnv(store=counting.store, registry=KIT, sticky_cache=0) as env:
             handle = await env.start(then_wait, 40, run_id="r1")
             await env.run_until_idle()
             assert await handle.status() is RunStatus.WAITING_FOR_SIGNAL

@@ -27,6 +27,7 @@ from testing.conformance._support import (
     status_of,
     step_record,
     tick,
+    together,
     types_of,
 )
 
@@ -272,9 +273,9 @@ class RetentionChecks:
         assert await gone(store, "r1")
 
     async def test_unfinished_runs_never_expire(self, store: Store) -> None:
-        await store.create_run(new_run("waiting", retention=1.0))
-        await store.create_run(new_run("pending", retention=1.0))
-        (claim,) = await store.claim(OWNER, None, 1, T0, TTL)  # FIFO: "waiting"
+        await store.create_run(new_run("waiting", retention=1.0, created_at=T0))
+        await store.create_run(new_run("pending", retention=1.0, created_at=T0 + 1))
+        (claim,) = await store.claim(OWNER, None, 1, T0 + 1, TTL)  # FIFO: "waiting"
         await store.suspend(
             "waiting", claim.run.fence, T0, None, RunStatus.WAITING_FOR_SIGNAL, [], [GO]
         )
@@ -308,13 +309,15 @@ class RetentionChecks:
         assert await gone(store, "r1")
 
     async def test_one_tick_deletes_at_most_its_limit(self, store: Store) -> None:
-        for i in range(5):
-            await store.create_run(new_run(f"r{i}", retention=1.0))
-            await store.cancel(f"r{i}", "no", T0)
+        # (the limit is per partition: the runs are in one)
+        r = together(store, *(f"r{i}" for i in range(5)))
+        for run_id in r:
+            await store.create_run(new_run(run_id, retention=1.0))
+            await store.cancel(run_id, "no", T0)
 
         await store.tick(T0 + 2, 10, "{}", limit=3)
-        left = [i for i in range(5) if await store.get_run(f"r{i}") is not None]
+        left = [run_id for run_id in r if await store.get_run(run_id) is not None]
         assert len(left) == 2
 
         await store.tick(T0 + 2, 10, "{}", limit=3)
-        assert [i for i in range(5) if await store.get_run(f"r{i}") is not None] == []
+        assert [run_id for run_id in r if await store.get_run(run_id) is not None] == []

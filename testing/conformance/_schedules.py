@@ -32,8 +32,14 @@ def _schedule(sid: str = "s1", *, spec: str = "spec-1", overlap: str = "skip") -
     )  # fmt: skip
 
 
-def _start(sid: str, tick: float, kind: TickKind = TickKind.TICK) -> TickStart:
-    return TickStart(kind, tick, new_run(f"{sid}@{tick:.0f}", flow=FLOW, created_at=tick))
+def _id(store: Store, sid: str, tick: float) -> str:
+    """The id of a schedule's run for `tick` (in the schedule's partition, on a
+    store with several: `Store.schedule_run_id`)."""
+    return store.schedule_run_id(f"{sid}@{tick:.0f}")
+
+
+def _start(store: Store, sid: str, tick: float, kind: TickKind = TickKind.TICK) -> TickStart:
+    return TickStart(kind, tick, new_run(_id(store, sid, tick), flow=FLOW, created_at=tick))
 
 
 def _fire(s: StoredSchedule, now: float, *starts: TickStart, next_at: float | None) -> ScheduleFire:
@@ -74,13 +80,13 @@ class ScheduleChecks:
         now = T0 + HOUR + 1
         [due], nxt = await store.due_schedules([FLOW], now)
         assert (due.schedule_id, due.next_at, nxt) == ("s1", T0 + HOUR, None)
-        fire = _fire(due, now, _start("s1", T0 + HOUR), next_at=T0 + 2 * HOUR)
+        fire = _fire(due, now, _start(store, "s1", T0 + HOUR), next_at=T0 + 2 * HOUR)
         # the same fire twice (a second worker, a retried write): one run
-        assert await store.fire_schedules([fire, fire]) == [[f"s1@{T0 + HOUR:.0f}"], None]
-        assert await status_of(store, f"s1@{T0 + HOUR:.0f}") is RunStatus.PENDING
+        assert await store.fire_schedules([fire, fire]) == [[_id(store, "s1", T0 + HOUR)], None]
+        assert await status_of(store, _id(store, "s1", T0 + HOUR)) is RunStatus.PENDING
         after = await _one(store)
         assert (after.next_at, after.fired, after.last_run_id) == (
-            T0 + 2 * HOUR, 1, f"s1@{T0 + HOUR:.0f}",
+            T0 + 2 * HOUR, 1, _id(store, "s1", T0 + HOUR),
         )  # fmt: skip
         assert await store.due_schedules([FLOW], now) == ([], T0 + 2 * HOUR)
         assert await store.due_schedules(["another.flow"], now) == ([], None)
@@ -91,22 +97,22 @@ class ScheduleChecks:
         await store.save_schedule(_schedule(overlap="buffer_one"), replace=False, now=T0)
         t1, t2, t3 = T0 + HOUR, T0 + 2 * HOUR, T0 + 3 * HOUR
         [s], _ = await store.due_schedules([FLOW], t1)
-        await store.fire_schedules([_fire(s, t1, _start("s1", t1), next_at=t2)])
-        claim = await start_and_claim(store, f"s1@{t1:.0f}", now=t1)
+        await store.fire_schedules([_fire(s, t1, _start(store, "s1", t1), next_at=t2)])
+        claim = await start_and_claim(store, _id(store, "s1", t1), now=t1)
         [s], _ = await store.due_schedules([FLOW], t3)
         fired = await store.fire_schedules(
-            [_fire(s, t3, _start("s1", t2), _start("s1", t3), next_at=t3 + HOUR)]
+            [_fire(s, t3, _start(store, "s1", t2), _start(store, "s1", t3), next_at=t3 + HOUR)]
         )
         assert fired == [[]]  # t2 buffered, t3 skipped
         s = await _one(store)
         assert (s.buffered, s.skipped, s.last_run_status) == (t2, 1, "running")
         assert await store.due_schedules([FLOW], t3) == ([], t3 + HOUR)
         # the last run ends: the schedule is due at once, for its buffered tick
-        await store.finish(f"s1@{t1:.0f}", claim.run.fence, RunStatus.COMPLETED, t3 + 5)
+        await store.finish(_id(store, "s1", t1), claim.run.fence, RunStatus.COMPLETED, t3 + 5)
         [s], _ = await store.due_schedules([FLOW], t3 + 5)
         assert (s.buffered, s.last_run_status) == (t2, "completed")
-        fire = ScheduleFire("s1", s.version, t3 + 5, (_start("s1", t2, TickKind.BUFFERED),))
-        assert await store.fire_schedules([fire]) == [[f"s1@{t2:.0f}"]]
+        fire = ScheduleFire("s1", s.version, t3 + 5, (_start(store, "s1", t2, TickKind.BUFFERED),))
+        assert await store.fire_schedules([fire]) == [[_id(store, "s1", t2)]]
         assert (await _one(store)).buffered is None
 
     async def test_pause_resume_trigger_and_delete(self, store: Store) -> None:
@@ -117,8 +123,10 @@ class ScheduleChecks:
         assert await store.schedule_op("s1", ScheduleOp.TRIGGER, T0 + 60)
         [s], _ = await store.due_schedules([FLOW], T0 + 60)
         assert (s.trigger, s.paused) == (T0 + 60, True)
-        fire = ScheduleFire("s1", s.version, T0 + 60, (_start("s1", T0 + 60, TickKind.TRIGGER),))
-        assert await store.fire_schedules([fire]) == [[f"s1@{T0 + 60:.0f}"]]
+        fire = ScheduleFire(
+            "s1", s.version, T0 + 60, (_start(store, "s1", T0 + 60, TickKind.TRIGGER),)
+        )
+        assert await store.fire_schedules([fire]) == [[_id(store, "s1", T0 + 60)]]
         assert await store.due_schedules([FLOW], T0 + 2 * HOUR) == ([], None)  # still paused
         assert await store.schedule_op("s1", ScheduleOp.RESUME, T0 + 90, T0 + 3 * HOUR)
         s = await _one(store)

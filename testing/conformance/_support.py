@@ -108,6 +108,18 @@ def new_run(
     return attrs.evolve(run, **more)
 
 
+def together(store: Store, *names: str) -> list[str]:
+    """Run ids for `names` that `store` keeps in one partition: the names themselves
+    on a store with one, else the ids it gives a schedule's runs, which all live
+    with the schedules (`Store.schedule_run_id`).
+
+    What a store guarantees within a partition (FIFO by enqueue order, queue
+    limits, per-partition tick limits) is checked on runs placed together; what
+    holds across partitions, on runs anywhere (docs/operations.md#redis-cluster-and-partitions).
+    """
+    return [store.schedule_run_id(name) for name in names]
+
+
 def step_record(key: str, pos: int, value: Any = None) -> str:
     return Record(key, pos, Kind.STEP, State.OK, value=value).to_json()
 

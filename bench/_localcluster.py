@@ -1,0 +1,145 @@
+"""A local Redis Cluster: redis-server processes on free loopback ports, joined
+with ``redis-cli --cluster create``, stopped by pid. Used by `bench.scaling`
+and by the tests (``tests/_cluster.py`` wraps it in a fixture).
+
+``LocalCluster(workdir, masters=3, replicas=0)``; ``start()`` returns once every
+node reports ``cluster_state:ok`` and agrees on the slot map; ``stop()`` kills
+the processes. ``kill(port)`` kills one node (a failover test), ``url``
+(``redis+cluster://`` with every node) names it for `stores.open_store`.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+__all__ = ["LocalCluster", "cluster_tools"]
+
+
+def cluster_tools() -> tuple[str, str] | None:
+    """redis-server and redis-cli, or None when either is missing from PATH."""
+    server, cli = shutil.which("redis-server"), shutil.which("redis-cli")
+    return (server, cli) if server and cli else None
+
+
+def _free_ports(n: int) -> list[int]:
+    # Cluster nodes also listen on port + 10000 (the cluster bus): keep both free.
+    ports: list[int] = []
+    while len(ports) < n:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port + 10000 > 65535 or port in ports:
+            continue
+        with socket.socket() as bus:
+            try:
+                bus.bind(("127.0.0.1", port + 10000))
+            except OSError:
+                continue
+        ports.append(port)
+    return ports
+
+
+class LocalCluster:
+    """`masters` masters with `replicas` replicas each, on 127.0.0.1."""
+
+    def __init__(self, workdir: Path, *, masters: int = 3, replicas: int = 0) -> None:
+        tools = cluster_tools()
+        if tools is None:
+            raise RuntimeError("redis-server and redis-cli must be on PATH")
+        self._server, self._cli = tools
+        self.workdir = workdir
+        self.masters = masters
+        self.replicas = replicas
+        self.ports = _free_ports(masters * (1 + replicas))
+        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+
+    @property
+    def url(self) -> str:
+        """``redis+cluster://`` naming every node."""
+        return "redis+cluster://" + ",".join(f"127.0.0.1:{p}" for p in self.ports)
+
+    def cli(self, port: int, *args: str, timeout: float = 30) -> str:
+        """``redis-cli -p port args...``: its output (raises on failure)."""
+        done = subprocess.run(
+            [self._cli, "-h", "127.0.0.1", "-p", str(port), *args],
+            capture_output=True, text=True, timeout=timeout, check=True,
+        )  # fmt: skip
+        return done.stdout
+
+    def start_node(self, port: int) -> None:
+        folder = self.workdir / str(port)
+        folder.mkdir(parents=True, exist_ok=True)
+        args = [
+            self._server, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(folder),
+            "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+            "--cluster-node-timeout", "1000", "--save", "", "--appendonly", "no",
+        ]  # fmt: skip
+        self.procs[port] = subprocess.Popen(
+            args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                if self.cli(port, "PING", timeout=2).strip() == "PONG":
+                    return
+            except subprocess.SubprocessError:
+                pass
+            if time.monotonic() > deadline or self.procs[port].poll() is not None:
+                raise RuntimeError(f"cluster node on port {port} did not start")
+            time.sleep(0.05)
+
+    def start(self) -> None:
+        for port in self.ports:
+            self.start_node(port)
+        nodes = [f"127.0.0.1:{p}" for p in self.ports]
+        subprocess.run(
+            [self._cli, "--cluster", "create", *nodes, "--cluster-replicas", str(self.replicas),
+             "--cluster-yes"],
+            capture_output=True, text=True, timeout=60, check=True,
+        )  # fmt: skip
+        self.wait_ok()
+
+    def live_ports(self) -> list[int]:
+        return [p for p, proc in self.procs.items() if proc.poll() is None]
+
+    def wait_ok(self, timeout: float = 30) -> None:
+        """Until every live node says ``cluster_state:ok`` and all agree on the slots."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                states = [self.cli(p, "CLUSTER", "INFO", timeout=2) for p in self.live_ports()]
+                maps = {self.cli(p, "CLUSTER", "SLOTS", timeout=2) for p in self.live_ports()}
+                if all("cluster_state:ok" in s for s in states) and len(maps) == 1:
+                    return
+            except subprocess.SubprocessError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("the local cluster did not reach cluster_state:ok")
+            time.sleep(0.1)
+
+    def master_ports(self) -> list[int]:
+        """The ports of the live masters."""
+        out = []
+        for port in self.live_ports():
+            role = self.cli(port, "ROLE", timeout=2).split("\n", 1)[0].strip()
+            if role == "master":
+                out.append(port)
+        return out
+
+    def kill(self, port: int) -> None:
+        """SIGKILL one node."""
+        proc = self.procs[port]
+        proc.kill()
+        proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.kill()
+        for proc in self.procs.values():
+            proc.wait(timeout=10)
+        self.procs.clear()
