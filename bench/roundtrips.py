@@ -229,9 +229,10 @@ def report(r: dict[str, Any]) -> str:
             ],
             ["operation", "by", "round trips", "scripts"],
         ),
-        "(worker rows run Worker.run_until_idle: poll x3 = the poll that claims, the re-poll "
-        "after a claim, and the poll that finds nothing; Worker.run() polls once, then blocks "
-        "on BLPOP of the wake-up list. The activation's own: 1 claiming poll + the rest.)",
+        "(worker rows run Worker.run_until_idle: poll x2 = the poll that claims and the poll "
+        "that finds nothing once the activation ended, each sent with an outbox claim; "
+        "Worker.run() polls once, then blocks on BLPOP of the wake-up list. The activation's "
+        "own: 1 claiming poll + the rest.)",
     ]
     return "\n".join(out)
 

@@ -68,6 +68,8 @@ class Dispatcher:
         self.lease_ttl = lease_ttl
         self._sending: dict[asyncio.Task[None], IntentClaim] = {}
         self._freed = asyncio.Event()
+        #: the last `poll` claimed every due intent (it had slots left over)
+        self.drained = False
         #: called around each delivery (kind ``"deliver"``); an `Abandon` they raise
         #: drops the delivery as a dead worker would: its lease is left to run out
         self.interceptors: list[Interceptor] = []
@@ -83,10 +85,12 @@ class Dispatcher:
         served = self.channels()
         free = self.concurrency - len(self._sending)
         if not served or free <= 0:
+            self.drained = not served
             return 0, None
         claims, next_due = await self.store.claim_intents(
             sorted(served), free, self.clock.time(), self.lease_ttl
         )
+        self.drained = len(claims) < free
         for claim in claims:
             task = asyncio.create_task(self._deliver(claim, served))
             self._sending[task] = claim

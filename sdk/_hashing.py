@@ -19,7 +19,7 @@ from sdk._serde import acyclic_encoder
 
 __all__ = ["canonical", "hashing_converter", "request_hash"]
 
-_SCALARS = (str, int, float, bool, type(None))
+_SCALARS = frozenset((str, int, float, bool, type(None)))
 
 # An object that is not data counts by its repr without the memory address (a
 # client, a connection), so the hash is the same in every process.
@@ -63,10 +63,13 @@ def request_hash(
 ) -> str:
     """See `Serializer.request_hash`; `hasher` gives the `hashing_converter`."""
     payload: Any = named if named is not None else [list(args), kwargs]
-    if named is not None and all(type(v) in _SCALARS for v in named.values()):
-        # plain values: the converter would give them back as they are
-        text = _canonical_scalars(named)
-        return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
+    if named is not None:
+        for v in named.values():
+            if type(v) not in _SCALARS:
+                break
+        else:  # plain values: the converter would give them back as they are
+            text = _canonical_scalars(named)
+            return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
     try:
         text = canonical(hasher().unstructure(payload))
     except Exception:

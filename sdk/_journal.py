@@ -82,9 +82,10 @@ class Record:
     def to_json(self) -> str:
         # What the converter's hook below writes (a test checks they agree),
         # without its generic machinery: this runs once per journal write.
+        # (`_value_`: the member's value without `Enum.value`'s descriptor.)
         data: dict[str, Any] = {
-            "key": self.key, "pos": self.pos, "kind": self.kind.value, "state": self.state.value,
-            "v": self.v,
+            "key": self.key, "pos": self.pos, "kind": self.kind._value_,
+            "state": self.state._value_, "v": self.v,
         }  # fmt: skip
         if self.value is not None:
             data["value"] = self.value

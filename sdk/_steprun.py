@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import inspect
+import types
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
@@ -137,18 +137,21 @@ async def _attempts(act: Activation, op: StepOp, attempts: int) -> None:
     policy = spec.retry or act.retry_override or act.flow.retry
     rh = spec.request_hash(op.fn, op.args, op.kwargs, act.serializer)
     body = act.engine.stubs.get(spec.name, op.fn)  # a test's stub stands in for the body
+    hooks = act.engine.interceptors
+    idem = f"{act.key_root}:{op.key}"
     while True:
-        act.step_started(op, attempts + 1)
+        if hooks:
+            act.step_started(op, attempts + 1)
         if act.flow.optional_checkpoints:
             await act.writes.mark(op.key)
-        ctx = StepContext(act.run_id, op.key, attempts + 1, f"{act.key_root}:{op.key}")
+        ctx = StepContext(act.run_id, op.key, attempts + 1, idem)
         token = _step_var.set(ctx)
         failure: Exception | None = None
         try:
             value = body(*op.args, **op.kwargs)
             if spec.timeout is not None and isinstance(value, Awaitable):
                 value = await _within(act, op, value, spec.timeout)
-            elif inspect.iscoroutine(value) or isinstance(value, Awaitable):
+            elif type(value) is types.CoroutineType or isinstance(value, Awaitable):
                 value = await value
         except Exception as exc:
             failure = exc
@@ -157,7 +160,7 @@ async def _attempts(act: Activation, op: StepOp, attempts: int) -> None:
         if failure is not None:
             attempts += 1
             due = await _failed(act, op, failure, attempts, policy, rh)
-            if act.engine.interceptors:
+            if hooks:
                 act.step_failed(op, attempts, failure, due is not None)
             if due is None:
                 return
@@ -168,7 +171,8 @@ async def _attempts(act: Activation, op: StepOp, attempts: int) -> None:
                 return
             await asyncio.sleep(max(delay, 0.0))
             continue
-        act.step_finished(op, attempts + 1)
+        if hooks:
+            act.step_finished(op, attempts + 1)
         try:
             data, tpath = act.serializer.encode(value, spec.return_type(), op.what)
         except Exception as exc:

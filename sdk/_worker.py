@@ -163,6 +163,8 @@ class Worker(Heartbeat):
         # the last poll left a ready run for this worker's own cap (worker_concurrency):
         # wait for a slot of its own, leaving the wake-up tokens to other workers
         self._capped = False
+        # the last poll took every ready run it could (it had room left over)
+        self._drained = False
         # runs whose activation was interrupted because the heartbeat found the
         # lease lost (canceled, or taken over): nothing to hand back for them
         self._lost: set[str] = set()
@@ -275,6 +277,8 @@ class Worker(Heartbeat):
             limits=claim_limits(self.registry.queues().values(), executing),
         )  # fmt: skip
         self._capped = tick.capped
+        # the ready runs this pass could take were all taken: none is left behind
+        self._drained = len(claims) < free and not tick.capped
         if tick.recovered:
             log.warning("recovered %d run(s) whose lease expired", tick.recovered)
             for hook in self.engine.interceptors:
@@ -292,6 +296,7 @@ class Worker(Heartbeat):
         if sched is not None and sched <= self.clock.time():
             # their runs are queued (with wake-ups): the next pass claims them
             started, sched = await self._ticker.fire(names)
+            self._drained = self._drained and not started  # their runs: the next pass
         due = [t for t in (tick.next_due, sched) if t is not None]
         return len(claims) + started, min(due, default=None)
 
@@ -411,14 +416,22 @@ class Worker(Heartbeat):
                 # holding the only slot, a run re-queued as it parks, a step
                 # recording intents) can leave something ready behind it.
                 was_busy = bool(self._inflight) or bool(self.dispatcher.tasks())
-                claimed, _ = await self._poll()
-                sending, _ = await self.dispatcher.poll()
-                if claimed or sending:
+                # both on the wire at once: one round trip's wait, not two
+                (claimed, _), (sending, _) = await asyncio.gather(
+                    self._poll(), self.dispatcher.poll()
+                )
+                # A claim that filled every slot may have left more behind: look
+                # again now. One that had room took all that was ready: what is
+                # ready next comes from work in flight (a run parking, a child it
+                # starts, a delivery), so wait for some of it to end first. An
+                # activation waiting on a child parks once nothing else of it runs
+                # (its task ends), so the child is claimed then, and ends the wait.
+                if (claimed and not self._drained) or (sending and not self.dispatcher.drained):
                     continue
                 busy = [t for t, _ in self._inflight.values()] + self.dispatcher.tasks()
                 if busy:
                     await asyncio.wait(busy, return_when=asyncio.FIRST_COMPLETED)
-                elif not was_busy:
+                elif not (was_busy or claimed or sending):
                     return
         finally:
             hb.cancel()

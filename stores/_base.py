@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,6 +15,15 @@ from stores._redispy import ScriptRunner
 from stores._wakeups import ShardedWaits
 
 __all__ = ["RedisBase"]
+
+
+def block_seconds(timeout: float) -> float:
+    """`timeout` as a blocking command's timeout (BLPOP, BRPOPLPUSH): at least 1 ms,
+    whole milliseconds plus half of one. Redis counts it in whole milliseconds,
+    and 0 blocks forever: Redis 6.2 truncates 0.001 s to 0 ms (binary floating
+    point falls just short) and would never return; the extra half millisecond
+    keeps every value off that edge."""
+    return math.ceil(max(timeout, 0.001) * 1000) / 1000 + 0.0005
 
 
 class RedisBase:
@@ -60,8 +70,7 @@ class RedisBase:
         # next command on that connection waits behind it, and the losers may
         # pop tokens nobody reads.)
         keys = [key for keys in per_partition for key in keys]
-        secs = max(timeout, 0.001)  # BLPOP's timeout is in seconds (0 blocks forever)
-        return await self.blocking_client.blpop(keys, timeout=secs) is not None
+        return await self.blocking_client.blpop(keys, timeout=block_seconds(timeout)) is not None
 
     async def _close_waits(self) -> None:
         """Close the cluster wake-up subscription, if one was made."""

@@ -9,7 +9,7 @@ from redis.asyncio.client import PubSub
 from redis.exceptions import ResponseError
 
 from stores import _codec, _decode
-from stores._base import RedisBase
+from stores._base import RedisBase, block_seconds
 from stores._keys import SUFFIX
 from stores._wakeups import ShardedFeed
 from stores.protocol import (
@@ -227,5 +227,5 @@ class Reads(RedisBase):
         # Rotating the one-element list onto itself reads it without taking it,
         # so every waiter wakes. Returns at once if the run already finished.
         key = self.keys.done(run_id)
-        reply = await self.blocking_client.brpoplpush(key, key, max(timeout, 0.001))
+        reply = await self.blocking_client.brpoplpush(key, key, block_seconds(timeout))
         return reply is not None

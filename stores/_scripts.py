@@ -14,8 +14,8 @@ Redis's: its cjson differs on empty tables, big numbers and null):
 - numbers arrive as strings and are compared with ``tonumber``; a number that
   goes back into Redis is either an ARGV string or formatted with ``%.0f``;
 - no deadline comes from ``TIME`` or a key TTL: ``now`` is always an argument;
-- ``ARGV[1]`` is the partition base (``<prefix>:{p<N>}:``); every key a
-  script touches shares its hash tag.
+- ``ARGV[1]`` is the partition base (``<prefix>:{<tag>}:``, see
+  `stores._keys.partition_tags`); every key a script touches shares its hash tag.
 
 **Redis Cluster, slot moves.** Scripts build their keys in Lua from the base;
 ``KEYS`` name one key of the slot, for routing. While a slot moves between

@@ -13,11 +13,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from redis.asyncio.cluster import RedisCluster
 
 from bench._localcluster import LocalCluster, cluster_tools
+from stores._redispy import READ_ERRORS
+from stores.redis import RedisStore
 from tests.conftest import IN_CI, NO_REDIS_SERVER
 
-__all__ = ["LocalCluster", "cluster_tools", "running_cluster"]
+__all__ = ["LocalCluster", "cluster_client", "cluster_store", "cluster_tools", "running_cluster"]
 
 
 @contextlib.contextmanager
@@ -35,3 +38,21 @@ def running_cluster(masters: int = 3, replicas: int = 0) -> Iterator[LocalCluste
             yield cluster
         finally:
             cluster.stop()
+
+
+async def cluster_client(cluster: LocalCluster) -> RedisCluster:
+    """redis-py's plain cluster client on `cluster`, connected (its slot map read)."""
+    client = RedisCluster(
+        host="127.0.0.1", port=cluster.ports[0], decode_responses=True,
+        encoding_errors=READ_ERRORS,
+    )  # fmt: skip
+    await client.initialize()
+    return client
+
+
+async def cluster_store(cluster: LocalCluster, prefix: str, partitions: int) -> RedisStore:
+    """A store on `cluster` with plain, connected cluster clients (commands and blocking reads)."""
+    return RedisStore(
+        await cluster_client(cluster), prefix=prefix, partitions=partitions,
+        blocking_client=await cluster_client(cluster),
+    )  # fmt: skip

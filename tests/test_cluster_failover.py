@@ -18,21 +18,17 @@ right result, and each of its steps completed (events) at least once.
 from __future__ import annotations
 
 import asyncio
-import tempfile
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import pytest
 import pytest_asyncio
 from redis.asyncio.cluster import RedisCluster
 
 from sdk import Client, RunStatus, Worker, current_run, flow, step
-from stores._redispy import READ_ERRORS
 from stores.redis import RedisStore
-from tests._cluster import LocalCluster, cluster_tools
-from tests.conftest import IN_CI
+from tests._cluster import LocalCluster, cluster_store, running_cluster
 
 pytestmark = pytest.mark.slow
 
@@ -66,18 +62,9 @@ async def work(x: int) -> int:
 
 @pytest.fixture(name="cluster")
 def cluster_fixture() -> Iterator[LocalCluster]:
-    if cluster_tools() is None:
-        if IN_CI:
-            pytest.fail("redis-server and redis-cli must be on PATH (CI=true: required)")
-        pytest.skip("redis-server and redis-cli are not on PATH")
-    with tempfile.TemporaryDirectory(prefix="sf-failover-") as d:
-        c = LocalCluster(Path(d), masters=3, replicas=1)
-        c.start()
-        try:
-            wait_replicated(c)
-            yield c
-        finally:
-            c.stop()
+    with running_cluster(masters=3, replicas=1) as cluster:
+        wait_replicated(cluster)
+        yield cluster
 
 
 def wait_replicated(cluster: LocalCluster, timeout: float = 30) -> None:
@@ -96,15 +83,7 @@ def wait_replicated(cluster: LocalCluster, timeout: float = 30) -> None:
 
 @pytest_asyncio.fixture(name="store")
 async def store_fixture(cluster: LocalCluster) -> AsyncIterator[RedisStore]:
-    clients = []
-    for _ in range(2):
-        client = RedisCluster(
-            host="127.0.0.1", port=cluster.ports[0], decode_responses=True,
-            encoding_errors=READ_ERRORS,
-        )  # fmt: skip
-        await client.initialize()
-        clients.append(client)
-    store = RedisStore(clients[0], prefix="fo", partitions=PARTITIONS, blocking_client=clients[1])
+    store = await cluster_store(cluster, "fo", PARTITIONS)
     try:
         yield store
     finally:

@@ -28,11 +28,9 @@ from __future__ import annotations
 import asyncio
 import itertools
 import random
-import tempfile
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import pytest
 import pytest_asyncio
@@ -45,12 +43,10 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from sdk import Client, RunStatus, Worker, current_run, flow, step, wait_for
 from stores import _migrating
 from stores._keys import SUFFIX
-from stores._redispy import READ_ERRORS
 from stores._scripts import build_scripts
 from stores.redis import RedisStore
 from testing.conformance._support import new_run
-from tests._cluster import LocalCluster, cluster_tools
-from tests.conftest import IN_CI
+from tests._cluster import LocalCluster, cluster_client, running_cluster
 
 RUNS = 48  # started before and during the move
 STEPS = 4  # steps before the signal (one more after it)
@@ -84,26 +80,8 @@ def expected(x: int, extra: int) -> int:
 
 @pytest.fixture(name="cluster", scope="module")
 def cluster_fixture() -> Iterator[LocalCluster]:
-    if cluster_tools() is None:
-        if IN_CI:
-            pytest.fail("redis-server and redis-cli must be on PATH (CI=true: required)")
-        pytest.skip("redis-server and redis-cli are not on PATH")
-    with tempfile.TemporaryDirectory(prefix="sf-migrate-") as d:
-        c = LocalCluster(Path(d))
-        c.start()
-        try:
-            yield c
-        finally:
-            c.stop()
-
-
-async def cluster_client(cluster: LocalCluster) -> RedisCluster:
-    client = RedisCluster(
-        host="127.0.0.1", port=cluster.ports[0], decode_responses=True,
-        encoding_errors=READ_ERRORS,
-    )  # fmt: skip
-    await client.initialize()
-    return client
+    with running_cluster() as cluster:
+        yield cluster
 
 
 @pytest_asyncio.fixture(name="store")

@@ -15,20 +15,15 @@ subscription along.
 from __future__ import annotations
 
 import asyncio
-import tempfile
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import pytest
 import pytest_asyncio
 import redis
-from redis.asyncio.cluster import RedisCluster
 
-from stores._redispy import READ_ERRORS
 from stores.redis import RedisStore
 from testing.conformance._support import new_run
-from tests._cluster import LocalCluster, cluster_tools
-from tests.conftest import IN_CI
+from tests._cluster import LocalCluster, cluster_store, running_cluster
 
 pytestmark = pytest.mark.slow
 
@@ -38,29 +33,8 @@ WAKE_TIMEOUT = 10.0
 
 @pytest.fixture(name="cluster", scope="module")
 def cluster_fixture() -> Iterator[LocalCluster]:
-    if cluster_tools() is None:
-        if IN_CI:
-            pytest.fail("redis-server and redis-cli must be on PATH (CI=true: required)")
-        pytest.skip("redis-server and redis-cli are not on PATH")
-    with tempfile.TemporaryDirectory(prefix="sf-wake-") as d:
-        c = LocalCluster(Path(d))
-        c.start()
-        try:
-            yield c
-        finally:
-            c.stop()
-
-
-async def cluster_store(cluster: LocalCluster, prefix: str, partitions: int) -> RedisStore:
-    clients = []
-    for _ in range(2):
-        client = RedisCluster(
-            host="127.0.0.1", port=cluster.ports[0], decode_responses=True,
-            encoding_errors=READ_ERRORS,
-        )  # fmt: skip
-        await client.initialize()
-        clients.append(client)
-    return RedisStore(clients[0], prefix=prefix, partitions=partitions, blocking_client=clients[1])
+    with running_cluster() as cluster:
+        yield cluster
 
 
 @pytest_asyncio.fixture(name="store")

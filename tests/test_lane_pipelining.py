@@ -100,9 +100,10 @@ async def test_a_connection_killed_under_a_batch_is_retried_call_by_call(
 ) -> None:
     kit = Kit(private_redis.url, 2)
     try:
+        assert await kit.run(SLOW, [], ["1", "warm"]) == "warm"  # loaded: no NOSCRIPT detour
         calls = [asyncio.ensure_future(kit.run(SLOW, [], ["150", f"r{i}"])) for i in range(6)]
-        await asyncio.sleep(0.05)  # all sent: one alone, five in a batch behind it
-        assert kit.lane.batched == (1, 5)
+        while kit.lane.batched != (1, 5):  # all sent: one alone, five in a batch behind it
+            await asyncio.sleep(0.001)
         assert await admin.client_kill_filter(_type="normal", skipme=True) >= 1
         assert await asyncio.gather(*calls) == [f"r{i}" for i in range(6)]
         assert await kit.run(ECHO, [], ["after"]) == "after"
@@ -113,10 +114,12 @@ async def test_a_connection_killed_under_a_batch_is_retried_call_by_call(
 async def test_a_caller_cancelled_in_a_batch_leaves_the_others_and_no_stale_reply(
     kit: Kit,
 ) -> None:
+    assert await kit.run(SLOW, [], ["1", "warm"]) == "warm"  # loaded: no NOSCRIPT detour
     first = asyncio.ensure_future(kit.run(SLOW, [], ["100", "first"]))
     await asyncio.sleep(0)
-    calls = [asyncio.ensure_future(kit.run(SLOW, [], ["20", f"r{i}"])) for i in range(4)]
-    await asyncio.sleep(0.01)
+    calls = [asyncio.ensure_future(kit.run(SLOW, [], ["50", f"r{i}"])) for i in range(4)]
+    while kit.lane.batched != (1, 4):  # the batch is on the wire (200 ms of server time)
+        await asyncio.sleep(0.001)
     calls[1].cancel()
     with pytest.raises(asyncio.CancelledError):
         await calls[1]

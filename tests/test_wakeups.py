@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+from stores._base import block_seconds
 from stores.redis import RedisStore
 
 
@@ -21,3 +22,11 @@ async def test_each_wake_up_takes_one_token_and_none_is_lost(partitioned: RedisS
             assert sum(left) == 10 - n
     assert not await partitioned.wait_ready(None, 0.05)
     assert not await partitioned.wait_intents(["emails"], 0.05)
+
+
+def test_blocking_timeouts_never_round_down_to_block_forever() -> None:
+    # Redis 6.2 reads BLPOP 0.001 as 0 ms (block forever): whole ms + half a ms
+    assert block_seconds(0.001) == block_seconds(0.0) == block_seconds(-1) == 0.0015
+    assert block_seconds(0.0004) == 0.0015
+    assert block_seconds(0.25) == 0.2505
+    assert block_seconds(5.0) == 5.0005
