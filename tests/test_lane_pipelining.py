@@ -17,6 +17,7 @@ from redis.exceptions import ResponseError
 
 from stores._redispy import Lane
 from tests.conftest import PrivateRedis
+from tests.crashflows import until
 from tests.test_lane import ECHO, FAILS, SLOW, Kit, admin_fixture, kit_fixture
 
 __all__ = ["admin_fixture", "kit_fixture"]  # the fixtures, shared with tests/test_lane.py
@@ -102,8 +103,8 @@ async def test_a_connection_killed_under_a_batch_is_retried_call_by_call(
     try:
         assert await kit.run(SLOW, [], ["1", "warm"]) == "warm"  # loaded: no NOSCRIPT detour
         calls = [asyncio.ensure_future(kit.run(SLOW, [], ["150", f"r{i}"])) for i in range(6)]
-        while kit.lane.batched != (1, 5):  # all sent: one alone, five in a batch behind it
-            await asyncio.sleep(0.001)
+        # all sent: one alone, five in a batch behind it
+        await until(lambda: kit.lane.batched == (1, 5), 10, "the batch on the wire")
         assert await admin.client_kill_filter(_type="normal", skipme=True) >= 1
         assert await asyncio.gather(*calls) == [f"r{i}" for i in range(6)]
         assert await kit.run(ECHO, [], ["after"]) == "after"
@@ -118,8 +119,8 @@ async def test_a_caller_cancelled_in_a_batch_leaves_the_others_and_no_stale_repl
     first = asyncio.ensure_future(kit.run(SLOW, [], ["100", "first"]))
     await asyncio.sleep(0)
     calls = [asyncio.ensure_future(kit.run(SLOW, [], ["50", f"r{i}"])) for i in range(4)]
-    while kit.lane.batched != (1, 4):  # the batch is on the wire (200 ms of server time)
-        await asyncio.sleep(0.001)
+    # the batch is on the wire (200 ms of server time)
+    await until(lambda: kit.lane.batched == (1, 4), 10, "the batch on the wire")
     calls[1].cancel()
     with pytest.raises(asyncio.CancelledError):
         await calls[1]
