@@ -34,7 +34,6 @@ TESTS = [
     "tests/redis_layout/test_encodings.py",
     "tests/test_cluster_wakeups.py",  # the sharded Pub/Sub adapter (stores._sharded)
     "tests/test_cluster_store.py",  # redis+cluster:// clients (stores._cluster)
-    "tests/test_cluster_migration.py",  # slot moves under load (stores._migrating)
 ]
 
 
