@@ -40,8 +40,6 @@ class RedisBase:
     _waits: ShardedWaits | None = None
 
     async def _call(self, name: str, keys: Sequence[str | bytes], args: Sequence[Any]) -> Any:
-        if self.cluster:  # the slot map first (a no-op once known: stores._cluster.EagerCluster)
-            await self.client.initialize()
         return await self._runner.run(self._scripts[name], keys, args)
 
     def _partitions(self) -> range:

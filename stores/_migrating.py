@@ -200,6 +200,9 @@ async def run(client: Any, script: Any, keys: Sequence[Any], args: Sequence[Any]
     redis-py's own path (it refreshes the slot map, loads the script,
     reconnects).
     """
+    # the slot map first: the call below goes to a node directly, not through the
+    # client's command path, which would read it (a no-op once known)
+    await client.initialize()
     follow_asks(client)
     all_keys = declared(keys)
 

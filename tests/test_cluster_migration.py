@@ -46,7 +46,7 @@ from stores._keys import SUFFIX
 from stores._scripts import build_scripts
 from stores.redis import RedisStore
 from testing.conformance._support import new_run
-from tests._cluster import LocalCluster, cluster_client, running_cluster
+from tests._cluster import LocalCluster, cluster_store, running_cluster
 
 RUNS = 48  # started before and during the move
 STEPS = 4  # steps before the signal (one more after it)
@@ -86,10 +86,7 @@ def cluster_fixture() -> Iterator[LocalCluster]:
 
 @pytest_asyncio.fixture(name="store")
 async def store_fixture(cluster: LocalCluster, key_prefix: str) -> AsyncIterator[RedisStore]:
-    store = RedisStore(
-        await cluster_client(cluster), prefix=key_prefix, partitions=1,
-        blocking_client=await cluster_client(cluster),
-    )  # fmt: skip
+    store = await cluster_store(cluster, key_prefix, 1)
     try:
         yield store
     finally:
