@@ -10,13 +10,15 @@ the processes. ``kill(port)`` kills one node (a failover test), ``url``
 
 from __future__ import annotations
 
+import random
 import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
-__all__ = ["LocalCluster", "cluster_tools"]
+__all__ = ["LocalCluster", "cluster_tools", "free_ports"]
 
 
 def cluster_tools() -> tuple[str, str] | None:
@@ -25,22 +27,54 @@ def cluster_tools() -> tuple[str, str] | None:
     return (server, cli) if server and cli else None
 
 
-def _free_ports(n: int) -> list[int]:
-    # Cluster nodes also listen on port + 10000 (the cluster bus): keep both free.
+def _ephemeral_floor() -> int:
+    try:
+        text = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text()
+        return int(text.split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_ports(n: int, *, bus: bool = False, avoid: Iterable[int] = ()) -> list[int]:
+    """`n` loopback ports nobody listens on, for servers a test or benchmark starts.
+
+    They are picked below the kernel's ephemeral range: outgoing connections
+    take their local ports from that range, so a port picked there (as
+    ``bind(0)`` does) can be taken by some client's connection before the server
+    binds it, and again while a test restarts that server. With ``bus`` the port
+    + 10000 is free too (a cluster node listens there for its cluster bus).
+    """
+    rng = random.SystemRandom()
+    top = _ephemeral_floor() - (10000 if bus else 0)
+    taken = set(avoid)
     ports: list[int] = []
-    while len(ports) < n:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        if port + 10000 > 65535 or port in ports:
+    for _ in range(10000):
+        if len(ports) == n:
+            return ports
+        port = rng.randrange(10000, top) if top > 11000 else _any_port()
+        if port in taken or (bus and port + 10000 > 65535):
             continue
-        with socket.socket() as bus:
-            try:
-                bus.bind(("127.0.0.1", port + 10000))
-            except OSError:
-                continue
-        ports.append(port)
-    return ports
+        if _bindable(port) and (not bus or _bindable(port + 10000)):
+            ports.append(port)
+            taken.add(port)
+    if len(ports) == n:
+        return ports
+    raise RuntimeError(f"found no {n} free loopback ports")
+
+
+def _any_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 class LocalCluster:
@@ -54,7 +88,7 @@ class LocalCluster:
         self.workdir = workdir
         self.masters = masters
         self.replicas = replicas
-        self.ports = _free_ports(masters * (1 + replicas))
+        self.ports = free_ports(masters * (1 + replicas), bus=True)
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
 
     @property
@@ -71,12 +105,14 @@ class LocalCluster:
         return done.stdout
 
     def start_node(self, port: int) -> None:
+        """Start (or restart) the node on `port`; raises if it does not answer."""
         folder = self.workdir / str(port)
         folder.mkdir(parents=True, exist_ok=True)
         args = [
             self._server, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(folder),
             "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
             "--cluster-node-timeout", "1000", "--save", "", "--appendonly", "no",
+            "--logfile", str(folder / "redis.log"),
         ]  # fmt: skip
         self.procs[port] = subprocess.Popen(
             args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
@@ -89,12 +125,24 @@ class LocalCluster:
             except subprocess.SubprocessError:
                 pass
             if time.monotonic() > deadline or self.procs[port].poll() is not None:
-                raise RuntimeError(f"cluster node on port {port} did not start")
+                self.procs.pop(port).kill()
+                log = folder / "redis.log"
+                tail = log.read_text(errors="replace")[-600:] if log.exists() else ""
+                raise RuntimeError(f"cluster node on port {port} did not start: {tail}")
             time.sleep(0.05)
 
     def start(self) -> None:
-        for port in self.ports:
-            self.start_node(port)
+        for index in range(len(self.ports)):
+            for attempt in range(5):
+                try:
+                    self.start_node(self.ports[index])
+                    break
+                except RuntimeError:
+                    # Another process took the port between the pick and the
+                    # bind (a parallel test's server): pick again.
+                    if attempt == 4:
+                        raise
+                    self.ports[index] = free_ports(1, bus=True, avoid=self.ports)[0]
         nodes = [f"127.0.0.1:{p}" for p in self.ports]
         subprocess.run(
             [self._cli, "--cluster", "create", *nodes, "--cluster-replicas", str(self.replicas),

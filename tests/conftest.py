@@ -31,6 +31,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
+from bench._localcluster import free_ports
 from sdk import Client
 from stores import open_store
 from stores.redis import RedisStore
@@ -118,9 +119,7 @@ async def store_fixture(
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_ports(1)[0]
 
 
 class PrivateRedis:
