@@ -17,7 +17,7 @@ import cattrs
 
 from sdk._serde import acyclic_encoder
 
-__all__ = ["canonical", "hashing_converter", "request_hash"]
+__all__ = ["canonical", "hashing_converter", "positional_hasher", "request_hash"]
 
 _SCALARS = frozenset((str, int, float, bool, type(None)))
 
@@ -53,6 +53,59 @@ def hashing_converter(converter: cattrs.Converter) -> cattrs.Converter:
         _is_set, lambda v: sorted((hashing.unstructure(x) for x in v), key=canonical)
     )
     return hashing
+
+
+_ascii: Callable[[str], str] = json.encoder.encode_basestring_ascii
+_INF = float("inf")
+
+
+def _scalar_text(v: Any) -> str:
+    """What the canonical encoder writes for a plain scalar (`_SCALARS`)."""
+    t = type(v)
+    if t is str:
+        return _ascii(v)
+    if t is int:
+        return int.__repr__(v)
+    if t is float:
+        if v != v:
+            return "NaN"
+        if v == _INF:
+            return "Infinity"
+        if v == -_INF:
+            return "-Infinity"
+        return float.__repr__(v)
+    if v is None:
+        return "null"
+    return "true" if v else "false"
+
+
+def positional_hasher(names: tuple[str, ...]) -> Callable[[tuple[Any, ...]], str | None]:
+    """`request_hash` of a call passing exactly the parameters `names`, in order,
+    positionally, for when every argument is a plain scalar (else it gives None).
+
+    The text is `_canonical_scalars` of the arguments bound to their names, put
+    together from pieces made once per step: the JSON of each name, in sorted
+    order, and of each value as the encoder writes it (`_scalar_text`); the
+    general path's cost was mostly binding, looping and the encoder's per-call
+    setup, at every live step. tests/test_replay_fork.py checks they agree.
+    """
+    order = sorted(range(len(names)), key=lambda i: names[i])
+    heads = [("{" if n == 0 else ",") + _ascii(names[i]) + ":" for n, i in enumerate(order)]
+    pairs = list(zip(heads, order, strict=True))
+    scalars, text_of, blake = _SCALARS, _scalar_text, hashlib.blake2b
+
+    def hashed(args: tuple[Any, ...]) -> str | None:
+        parts = []
+        for head, i in pairs:
+            v = args[i]
+            if type(v) not in scalars:
+                return None
+            parts.append(head)
+            parts.append(text_of(v))
+        text = "".join(parts) + "}" if parts else "{}"
+        return blake(text.encode(), digest_size=12).hexdigest()
+
+    return hashed
 
 
 def request_hash(

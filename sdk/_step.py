@@ -13,6 +13,7 @@ import wrapt
 
 from sdk._checks import check_id, check_timeout
 from sdk._context import _run_var, _step_var
+from sdk._hashing import positional_hasher
 from sdk._retry import RetryPolicy
 from sdk._serde import return_type
 from sdk._values import Serializer
@@ -39,6 +40,10 @@ class StepSpec:
     _rtype_done: bool = False
     _sigs: dict[bool, inspect.Signature] = attrs.field(factory=dict)
     _plain: dict[bool, tuple[str, ...] | None] = attrs.field(factory=dict)
+    # (method, number of positional arguments) -> their hasher (`positional_hasher`)
+    _hashers: dict[tuple[bool, int], Callable[[tuple[Any, ...]], str | None]] = attrs.field(
+        factory=dict
+    )
 
     def request_hash(
         self,
@@ -56,6 +61,14 @@ class StepSpec:
             self._plain[method] = tuple(sig.parameters) if simple else None
         names = self._plain[method]
         if names is not None and not kwargs and len(args) <= len(names):
+            if type(serializer).request_hash is _STOCK_HASH:  # not overridden
+                hasher = self._hashers.get((method, len(args)))
+                if hasher is None:
+                    hasher = positional_hasher(names[: len(args)])
+                    self._hashers[method, len(args)] = hasher
+                rh = hasher(args)
+                if rh is not None:  # plain scalars: the same hash, sooner
+                    return rh
             # what Signature.bind gives for positional calls, without its cost
             return serializer.request_hash(args, kwargs, dict(zip(names, args, strict=False)))
         try:
@@ -69,6 +82,9 @@ class StepSpec:
             self._rtype = return_type(self.fn)
             self._rtype_done = True
         return self._rtype
+
+
+_STOCK_HASH = Serializer.request_hash
 
 
 @overload

@@ -104,8 +104,8 @@ class RedisStore(Claiming, Reads, Control, Outbox, Workers, Events, Schedules, C
         # Every operation is a script call (see stores._redispy).
         self._runner = script_runner(client)
         self._label = "redis"
-        # `record`'s key names per run (base, run, journal): built once, not per step
-        self._record_keys: dict[str, tuple[str, str, str]] = {}
+        # `record`'s key names per run (base, (run, journal)): built once, not per step
+        self._record_keys: dict[str, tuple[str, tuple[str, str]]] = {}
 
     @classmethod
     def from_url(
@@ -272,15 +272,15 @@ class RedisStore(Claiming, Reads, Control, Outbox, Workers, Events, Schedules, C
             k = self.keys
             names = self._record_keys[run_id] = (
                 k.base_of(run_id),
-                k.run(run_id),
-                k.journal(run_id),
+                (k.run(run_id), k.journal(run_id)),
             )
         etype, edata, ecp = ("", "", "") if event is None else (
             event.type._value_, event.data, event.checkpoint._value_ if event.checkpoint else ""
         )  # fmt: skip
         args = [names[0], run_id, str(fence), key, record, num(now), etype, edata, ecp]
         if not intents:
-            reply = await self._call("record", [names[1], names[2]], args)
+            # the runner directly (what `_call` does): one coroutine less per step
+            reply = await self._runner.run(self._scripts["record"], names[1], args)
             if reply.__class__ is list:  # an error reply: damaged data, or a bad argument
                 _decode.corrupt(run_id, reply)
             return bool(reply == 1)
@@ -292,7 +292,7 @@ class RedisStore(Claiming, Reads, Control, Outbox, Workers, Events, Schedules, C
             )  # fmt: skip
             args += [intent.channel, intent.body, tail[1:]]
         args.append(str(len(intents)))  # `record`'s arguments, then the intents and their count
-        reply = await self._call("record_out", [names[1], names[2]], args)
+        reply = await self._call("record_out", names[1], args)
         return bool(_decode.corrupt(run_id, reply) == 1)
 
     async def mark(self, run_id: str, fence: int, key: str, now: float) -> bool:

@@ -194,6 +194,36 @@ async def test_a_retry_set_on_the_pool_reaches_the_lane(kit: Kit) -> None:
     assert conn.retry is retry
 
 
+async def test_a_lane_connection_is_health_checked_when_its_interval_has_passed(
+    private_redis: PrivateRedis,
+) -> None:
+    pool = aioredis.ConnectionPool.from_url(
+        private_redis.url, decode_responses=True, health_check_interval=0.2
+    )
+    client = aioredis.Redis(connection_pool=pool)
+    lane = Lane(pool, 1)
+    pings: list[bool] = []
+    try:
+        script = client.register_script(ECHO)
+        assert await lane.run(script, [], ["first"]) == "first"
+        (conn,) = lane._made
+        send = conn._send_ping
+
+        async def counted() -> None:
+            pings.append(True)
+            await send()
+
+        conn._send_ping = counted  # type: ignore[method-assign]
+        assert await lane.run(script, [], ["soon after"]) == "soon after"
+        assert pings == []  # not due: no PING before the call
+        await asyncio.sleep(0.3)
+        assert await lane.run(script, [], ["later"]) == "later"
+        assert pings == [True]  # due: redis-py's check ran first, as through the pool
+    finally:
+        await lane.close()
+        await pool.aclose()
+
+
 async def test_a_connection_marked_for_reconnection_reconnects_after_its_call(kit: Kit) -> None:
     await kit.run(ECHO, [], ["x"])
     (conn,) = kit.lane._made

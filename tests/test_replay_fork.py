@@ -1134,3 +1134,32 @@ def test_the_request_hash_fast_paths_agree_with_the_general_one() -> None:
     assert spec.request_hash(charge, (10,), {}, serializer) == spec.request_hash(
         charge, (), {"amount": 10}, serializer
     )
+
+
+def test_the_positional_scalar_hash_writes_the_canonical_text_of_every_scalar() -> None:
+    import enum
+
+    from sdk import Serializer
+    from sdk._hashing import canonical as _canonical
+    from sdk._step import StepSpec
+
+    class Level(enum.IntEnum):
+        HIGH = 1
+
+    async def pay(zeta: object, alpha: object = None, mid: object = None) -> None:
+        return None  # parameters out of alphabetical order: the text sorts them
+
+    spec = StepSpec("pay", None, "use_recorded_result", pay)
+    serializer = Serializer()
+    values: list[Any] = [
+        0, -7, 2**63 - 1, 2**70, True, False, None, 0.1, -0.0, 1e300, float("nan"),
+        float("inf"), float("-inf"), "", "plain", 'quote " and \\ back', "é ✓ 🚀",
+        "\x00\n\t", "\udcff", Level.HIGH, ["a"],
+    ]  # fmt: skip
+    calls = [(v,) for v in values] + [(1, "b", None), ("z", 2.5), (True, None, "é")]
+    for args in calls:
+        named = dict(inspect.signature(pay).bind(*args).arguments)
+        text = _canonical(serializer._hasher().unstructure(named))
+        slow = hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
+        assert spec.request_hash(pay, args, {}, serializer) == slow, args
+        assert serializer.request_hash(args, {}, named) == slow, args
