@@ -3,14 +3,15 @@
 The flow is issue 11's yardstick: 20 steps, a signal between the tenth and
 the eleventh, then a sleep. The check runs it once clean and once per crash
 point (44: before and after each step, the wait and the sleep). One check is
-counted: every store it opens (client side, as `bench.roundtrips` counts:
+counted: what its store sends (client side, as `bench.roundtrips` counts:
 round trips per named script, in total and per run of the flow) and every
 Redis command its scripts run (``redis.call``, and how many of them the
-``memory://`` read lane answered: `stores._fakelua`). The others are timed,
+``memory://`` read and write lanes answered: `stores._fakelua`). The others are timed,
 uncounted. The figure to read is CPU seconds (the check is one busy thread):
 on a shared machine the wall clock also counts the other processes' turns.
 ``--no-read-lane`` times the check with every command going through
-fakeredis's own command layer, for comparison on the same machine.
+fakeredis's own command layer (no read or write lane), for comparison on the
+same machine.
 
     python bench/crash_check.py [--repeat 3] [--no-read-lane] [--json]
     python -m bench.crash_check
@@ -34,6 +35,7 @@ from sdk import flow, sleep, step, wait_for
 from stores import _fakelua
 from stores.redis import RedisStore
 from testing import FlowTestEnv, check_crash_everywhere
+from testing._crashcheck import _Shared
 
 __all__ = ["add", "drive", "main", "measure", "timed", "twenty"]
 
@@ -70,22 +72,28 @@ async def timed() -> dict[str, Any]:
 
 
 async def measure() -> dict[str, Any]:
-    """One check of `twenty`, every store it opens and every command its scripts run counted."""
+    """One check of `twenty`, what its store sends and every command its scripts run counted."""
     counters: list[Counter] = []
     calls = {"in_script": 0, "slow": 0}  # every redis.call; those fakeredis's layer answered
-    opener, lane = _fakelua.memory_store, _fakelua._Server._read_lane
+    runs = 0  # the check empties its store once per run of the flow
+    opener, lane, emptied = _fakelua.memory_store, _fakelua._Server._read_lane, _Shared.store
 
     def counted_store(*args: Any, **kwargs: Any) -> RedisStore:
         store = opener(*args, **kwargs)
         counters.append(counting(store))
         return store
 
-    def counted_lane(server: Any, slow: Callable[..., Any]) -> Callable[..., Any]:
+    async def counted_run(shared: _Shared) -> RedisStore:
+        nonlocal runs
+        runs += 1
+        return await emptied(shared)
+
+    def counted_lane(server: Any, slow: Callable[..., Any], **how: Any) -> Callable[..., Any]:
         def counted_slow(*args: Any) -> Any:
             calls["slow"] += 1
             return slow(*args)
 
-        call = lane(server, counted_slow)
+        call = lane(server, counted_slow, **how)
 
         def counted(*args: Any) -> Any:
             calls["in_script"] += 1
@@ -93,17 +101,18 @@ async def measure() -> dict[str, Any]:
 
         return counted
 
-    _fakelua.memory_store = counted_store  # the check opens each run's store with it
+    _fakelua.memory_store = counted_store  # the check opens its store with it
     _fakelua._Server._read_lane = counted_lane  # type: ignore[method-assign,assignment]
+    _Shared.store = counted_run  # type: ignore[method-assign,assignment]
     try:
         figures = await timed()
     finally:
         _fakelua.memory_store = opener
         _fakelua._Server._read_lane = lane  # type: ignore[method-assign]
+        _Shared.store = emptied  # type: ignore[method-assign]
     scripts: collections.Counter[str] = collections.Counter()
     for c in counters:
         scripts.update(c.scripts)
-    runs = len(counters)
     trips = sum(c.round_trips for c in counters)
     return {
         **figures,
@@ -152,7 +161,7 @@ async def main() -> None:
           f"{best['round_trips_per_run']} per run)")  # fmt: skip
     lane_state = "off" if a.no_read_lane else "on"
     print(f"commands in scripts: {best['in_script_commands']} "
-          f"({best['in_script_commands_per_run']} per run; read lane {lane_state}: "
+          f"({best['in_script_commands_per_run']} per run; lanes {lane_state}: "
           f"{best['read_lane_share']:.0%} of them)")  # fmt: skip
     print("round trips per run, by script:")
     for name, n in best["scripts_per_run"].items():

@@ -21,9 +21,11 @@ keeps the compiled chunk (per server: a chunk belongs to its server's Lua
 state), whose global check lists, in Lua, only the globals fakeredis does not
 expect (`_NewGlobals`), and whose scripts' common reads take a lane of
 their own (`_lane`: the same answers from fakeredis's own data and helpers,
-anything unusual left to fakeredis); `preload()` puts a store's scripts in
-a server's script cache. Nothing else changes: a cached chunk is called
-afresh each time (its top-level locals are new on each call, as with
+anything unusual left to fakeredis), and whose writes a shorter one
+(`_writes`: fakeredis's own command methods, write-back and notifications,
+without its generic name lookup and argument conversion); `preload()` puts
+a store's scripts in a server's script cache. Nothing else changes: a
+cached chunk is called afresh each time (its top-level locals are new on each call, as with
 ``execute``), errors read the same (a source that does not compile goes to
 ``execute``), and the global check runs as often and refuses the same
 scripts with the same message. Only the servers made here are touched, never
@@ -33,10 +35,11 @@ All of it relies on fakeredis internals: the server-wide ``_lua_runtime``,
 ``_lua_expected_globals``, ``script_cache`` and the ``redis.call`` functions
 it keeps there, that every supported fakeredis has (pyproject: ``>=2.38,<3``;
 older releases also run the store's scripts wrongly), and for the read lane
-its data model (hash, set and sorted set classes) and argument helpers, as
-fakeredis 2.40 and later have them. Each is feature-tested: on a fakeredis
-that keeps them elsewhere the server is a plain one (or has no read lane),
-and ``memory://`` is as slow as fakeredis makes it, and as correct.
+its data model (hash, set and sorted set classes) and argument helpers, and
+for the write lane its command signatures, ``CommandItem`` and notification
+methods, as fakeredis 2.40 and later have them. Each is feature-tested: on a
+fakeredis that keeps them elsewhere the server is a plain one (or has no
+lanes), and ``memory://`` is as slow as fakeredis makes it, and as correct.
 ``tests/test_fakelua.py`` checks the adapter against a plain server, and
 ``python -m tests.fakeredis_oldest`` runs it, with the ``memory://``
 conformance suite, on the oldest supported fakeredis.
@@ -318,6 +321,100 @@ def _lane() -> dict[bytes, Callable[[Any, list[Any], Any], Any]] | None:
     return {**reads, **{name.lower(): read for name, read in reads.items()}}
 
 
+# -- the write lane -----------------------------------------------------------------
+#
+# The store's scripts write with a few commands (HSET, ZADD, XADD, ...), each
+# through the same layers as a read. The write lane runs them as fakeredis's
+# own command does (`_run_command`): the same argument checks, the key's
+# `CommandItem`, fakeredis's own command method, the write-back (which tells
+# WATCHers and drops an emptied key), the keyspace and field notifications and
+# the reply's conversion; it only skips the generic name lookup and argument
+# conversion. A command in another shape (a wrong arity, a bad number, a key of
+# another type: fakeredis's error) goes the usual way, and so does every write
+# of a connection in Pub/Sub mode. Through ``redis.pcall`` an error reply
+# becomes a table, as fakeredis's does. tests/test_fakelua.py runs every write
+# shape on both lanes and compares the replies and what each left.
+
+
+def _writes() -> dict[bytes, Callable[[Any, list[Any], Any], Any]] | None:
+    """The write handlers by command name (see above), or None when this fakeredis
+    keeps its commands in another shape (then every write goes the usual way)."""
+    try:
+        from fakeredis import _msgs as msgs
+        from fakeredis._commands import SUPPORTED_COMMANDS, Key
+        from fakeredis._core import CommandItem
+        from fakeredis._helpers import SimpleError
+        from fakeredis._socket._resp import convert_to_resp2
+
+        keep_empty, no_create, as_is = (
+            msgs.FLAG_LEAVE_EMPTY_VAL, msgs.FLAG_DO_NOT_CREATE, msgs.FLAG_SKIP_CONVERT_TO_RESP2
+        )  # fmt: skip
+        refused = {msgs.FLAG_NO_SCRIPT}
+    except Exception:  # any difference: no lane
+        return None
+
+    def handler(sig: Any) -> Callable[[Any, list[Any], Any], Any]:
+        fixed, repeat, flags = list(sig.fixed), list(sig.repeat), sig.flags
+        name, event = sig.func_name, sig.name.encode()
+        remove_empty, create, convert = (
+            keep_empty not in flags,
+            no_create not in flags,
+            as_is not in flags,
+        )
+
+        def write(sock: Any, a: list[Any], runtime: Any) -> Any:
+            db = sock._db
+            try:  # fakeredis's Signature.apply, for the shapes the store uses
+                sig.check_arity(a, sock.version)
+                args, items = list(a), []
+                for i, arg in enumerate(a):
+                    kind = fixed[i] if i < len(fixed) else repeat[(i - len(fixed)) % len(repeat)]
+                    if kind is bytes:
+                        continue
+                    if type(kind) is not Key:
+                        args[i] = kind.decode(arg)
+                        continue
+                    item = db.get(arg)
+                    want = kind.type_
+                    if item is None and kind.missing_return is not Key.UNSPECIFIED:
+                        return _SLOW  # a short-cut answer
+                    if want is not None and item is not None and type(item.value) is not want:
+                        return _SLOW  # WRONGTYPE
+                    default = (
+                        want() if create and want not in (None, bytes) and item is None else None
+                    )
+                    args[i] = CommandItem(arg, db, item, default=default)
+                    items.append(args[i])
+            except Exception:  # fakeredis words the error
+                return _SLOW
+            sock._subkey_events = []
+            try:
+                result = getattr(sock, name)(*args)
+                if convert and sock._resp_version == 2:
+                    result = convert_to_resp2(result, "redis")
+            except SimpleError as exc:  # as fakeredis: what was written is kept
+                result = exc
+            for item in items:
+                item.writeback(remove_empty_val=remove_empty)
+            sock._keyspace_notifications(items, event)
+            sock._subkey_notifications(items)
+            return sock._convert_redis_result(runtime, result)  # raises an error reply
+
+        return write
+
+    names = (
+        "HSET", "HDEL", "HINCRBY", "ZADD", "ZREM", "XADD", "XTRIM", "LPUSH", "RPUSH", "LTRIM",
+        "LPOP", "SADD", "INCR", "DEL", "UNLINK",
+    )  # fmt: skip
+    writes = {}
+    for n in names:
+        sig = SUPPORTED_COMMANDS.get(n.lower())
+        if sig is None or sig.flags & refused or "redis" not in sig.server_types:
+            continue
+        writes[n.encode()] = writes[n.lower().encode()] = handler(sig)
+    return writes
+
+
 class _Server(fakeredis.FakeServer):
     """A fakeredis server whose scripts are compiled once (see the module)."""
 
@@ -325,17 +422,20 @@ class _Server(fakeredis.FakeServer):
         if name == _RUNTIME and not isinstance(value, _CompiledScripts):
             value = _CompiledScripts(value)  # fakeredis made the server's Lua state
         elif name in _CALLS and callable(value):
-            value = self._read_lane(value)  # the redis.call / redis.pcall of its scripts
+            # the redis.call / redis.pcall of its scripts
+            value = self._read_lane(value, protected=name == _CALLS[1])
         super().__setattr__(name, value)
         if name == _EXPECTED and isinstance(value, set):
             runtime = self.__dict__.get(_RUNTIME)
             if isinstance(runtime, _CompiledScripts):
                 runtime.seal(value)
 
-    def _read_lane(self, slow: Callable[..., Any]) -> Callable[..., Any]:
-        """`slow` (fakeredis's ``redis.call`` or ``redis.pcall``) with the read lane
-        in front of it (see `_lane`): the same answers, sooner."""
+    def _read_lane(self, slow: Callable[..., Any], protected: bool = False) -> Callable[..., Any]:
+        """`slow` (fakeredis's ``redis.call``, or with `protected` ``redis.pcall``)
+        with the read and write lanes in front of it (see `_lane`, `_writes`): the
+        same answers, sooner."""
         reads = _READS if self.server_type == "redis" else None
+        writes = _WRITES or {}
         runtime = self.__dict__.get(_RUNTIME)
         current = getattr(self, _CURRENT, None)
         if not reads or not isinstance(runtime, _CompiledScripts) or not isinstance(current, list):
@@ -344,21 +444,33 @@ class _Server(fakeredis.FakeServer):
 
         def call(op: Any, *args: Any) -> Any:
             read = reads.get(op)
+            write = writes.get(op)
             sealed = runtime._sealed
             # the global check first, as fakeredis's (which refuses the call)
-            if read is None or sealed is None or not sealed.clean():
+            if (read is None and write is None) or sealed is None or not sealed.clean():
                 return slow(op, *args)
             sock = current[0]
             if getattr(sock, "_script_resp", None) != 2 or not all(type(a) in _ARGS for a in args):
                 return slow(op, *args)
             # a Lua number becomes its %.17g digits, as fakeredis makes them
-            out = read(sock, [a if type(a) is bytes else b"%.17g" % a for a in args], table)
+            a = [a if type(a) is bytes else b"%.17g" % a for a in args]
+            out = _SLOW if read is None else read(sock, a, table)
+            if out is not _SLOW or write is None or sock._pubsub:
+                return slow(op, *args) if out is _SLOW else out
+            if not protected:
+                out = write(sock, a, runtime)
+            else:
+                try:  # as fakeredis's redis.pcall: an error reply becomes a table
+                    out = write(sock, a, runtime)
+                except Exception as exc:
+                    return table({b"err": str(exc)})
             return slow(op, *args) if out is _SLOW else out
 
         return call
 
 
 _READS = _lane()
+_WRITES = _writes() if _READS is not None else None  # (the lanes go together)
 
 
 def fake_server() -> fakeredis.FakeServer:

@@ -16,7 +16,7 @@ from examples.checkout import Order, Receipt, checkout, gateway
 from examples.hello import hello
 from examples.orders import Line, OrderOutcome, on_payment_webhook, order, warehouse
 from sdk import Intent, RunStatus, channel, emit, flow, now, sleep, step, wait_for
-from testing import CrashPoint, FlowTestEnv, check_crash_everywhere
+from testing import CrashPoint, FlowTestEnv, _crashcheck, check_crash_everywhere
 from testing._crashcheck import _extra_deliveries, _extra_runs, _Probe, _Shared
 
 STOCK = {"apple": 10, "pear": 5, "plum": 0}
@@ -109,6 +109,55 @@ async def test_a_twenty_step_flow_with_a_signal_and_a_sleep_is_checked_at_every_
     assert report.outcome == (RunStatus.COMPLETED, sum(range(20)) + 1000, None)
     assert report.tried == 22 * 2  # before and after each step, the wait and the sleep
     assert report.reexecutions == {f"add#{n}": 1 for n in range(1, 21)}
+
+
+def _spy_trials(monkeypatch: pytest.MonkeyPatch) -> list[tuple[CrashPoint | None, bool]]:
+    """(point, with outbox claims) of each run the check makes."""
+    tried: list[tuple[CrashPoint | None, bool]] = []
+    trial = _crashcheck._trial
+
+    async def spied(*args: Any, outbox: bool = True) -> Any:
+        tried.append((args[-1], outbox))
+        return await trial(*args, outbox=outbox)
+
+    monkeypatch.setattr(_crashcheck, "_trial", spied)
+    return tried
+
+
+async def test_a_flow_that_never_touches_the_outbox_is_checked_without_outbox_claims(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    tried = _spy_trials(monkeypatch)
+    report = await check_crash_everywhere(twenty, drive=drive)
+    assert report.reexecutions == {f"add#{n}": 1 for n in range(1, 21)}
+    assert tried == [(None, True)] + [(point, False) for point in report.points]
+
+
+rerun_emits = {"n": 0}
+
+
+@step
+async def emits_when_run_again() -> int:
+    rerun_emits["n"] += 1
+    if rerun_emits["n"] > 1:
+        emit(MAIL, {"run": rerun_emits["n"]})
+    return 1
+
+
+@flow(name="tests.crash_everywhere.emits_on_rerun")
+async def emits_on_rerun() -> int:
+    return await emits_when_run_again()
+
+
+async def test_a_crashed_run_that_reaches_the_outbox_is_checked_again_with_its_claims(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    tried = _spy_trials(monkeypatch)
+    rerun_emits["n"] = 0
+    with pytest.raises(AssertionError, match=r"crash before 'emits_when_run_again#1': the outbox"):
+        await check_crash_everywhere(emits_on_rerun)
+    point = CrashPoint("emits_when_run_again#1", "before")
+    assert tried == [(None, True), (point, False), (point, True)]
 
 
 MAIL = "tests.crash_everywhere.mail"
