@@ -408,7 +408,7 @@ class Worker(Heartbeat):
         Runs parked on a timer that is not due yet do not count; with a
         `FakeClock`, advance it and call this again.
         """
-        hb = asyncio.create_task(self._heartbeat())
+        hb, beating = self._start_heartbeat()
         try:
             while True:
                 # Idle only after a pass that started with nothing in flight and
@@ -434,9 +434,7 @@ class Worker(Heartbeat):
                 elif not (was_busy or claimed or sending):
                     return
         finally:
-            hb.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await hb
+            await self._stop_heartbeat(hb, beating)
 
     async def run(self) -> None:
         """Serve until `stop()`: claim, execute, heartbeat, fire timers, recover."""
@@ -445,7 +443,7 @@ class Worker(Heartbeat):
         if self.engine.sticky is not None:
             self.engine.sticky.serving = True  # kept runs' wake-ups wait for it (sticky_delay)
         await self._register()
-        hb = asyncio.create_task(self._heartbeat(register=True))
+        hb, beating = self._start_heartbeat(register=True)
         outbox = asyncio.create_task(self.dispatcher.serve(self._stop))
         log.info("worker %s started (%s)", self.owner, self.store.describe())
         backoff = 0.1
@@ -489,9 +487,7 @@ class Worker(Heartbeat):
             self._stop.set()  # ends the dispatcher's loop too
             with contextlib.suppress(asyncio.CancelledError):
                 await outbox
-            hb.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await hb
+            await self._stop_heartbeat(hb, beating)
             await asyncio.gather(self._drain(), self.dispatcher.drain(self.grace_period))
             if self.engine.sticky is not None:
                 self.engine.sticky.serving = False

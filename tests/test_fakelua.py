@@ -127,6 +127,39 @@ def test_preloading_fills_the_cache_as_script_load_would() -> None:
     assert cache == {hashlib.sha1(b"return 1").hexdigest().encode(): b"return 1"}
 
 
+async def test_a_preloaded_script_is_not_hashed_again_and_names_itself_the_same() -> None:
+    from fakeredis.commands_mixins import scripting_mixin
+
+    source = "return ARGV[1] .. '#preloaded'"
+    sha = hashlib.sha1(source.encode()).hexdigest()
+    server = fake_server()
+    preload(server, [(sha, source)])
+    client = fakeredis.FakeAsyncRedis(server=server, decode_responses=True)
+    digests = scripting_mixin.hashlib
+    if not compiles_once() or not hasattr(digests, "intern"):
+        pytest.skip("this fakeredis hashes its scripts some other way")
+    hashed: list[bytes] = []
+    real = digests._real
+
+    class Counting:
+        def sha1(self, data: bytes = b"", **kwargs: object) -> object:
+            hashed.append(data)
+            return real.sha1(data, **kwargs)
+
+    digests._real = Counting()
+    try:
+        assert await client.evalsha(sha, 0, "a") == "a#preloaded"
+        assert hashed == []  # EVALSHA of a preloaded source: its digest made once
+        # anything else is hashed as hashlib does, and named the same
+        assert await client.eval("return 2", 0) == 2
+        assert hashed == [b"return 2"]
+        assert await client.script_load(source) == sha
+        assert digests.sha1(b"x").hexdigest() == hashlib.sha1(b"x").hexdigest()
+    finally:
+        digests._real = real
+        await client.aclose()
+
+
 async def test_a_syntax_error_reads_as_on_a_plain_server() -> None:
     messages = []
     for server in (fake_server(), fakeredis.FakeServer()):
@@ -265,6 +298,28 @@ async def test_a_read_after_a_global_is_set_is_refused_as_fakeredis_does() -> No
         messages.append(str(caught.value))
         await client.aclose()
     assert messages[0] == messages[1] and "leaked" in messages[0]
+
+
+async def test_a_global_set_after_the_watch_was_taken_away_is_still_refused() -> None:
+    # the check before a call lists the globals only after one was set (a watch on
+    # _G); a script that removes the watch turns that shortcut off, it checks as before
+    scripts = (
+        "setmetatable(_G, nil)\nreturn redis.call('INCR', 'n')",
+        "late = 1\nreturn redis.pcall('HGET', 'h', 'a')",
+        "local y = 2\nreturn redis.call('INCR', 'n')",
+    )
+    outcomes: list[list[str]] = []
+    for server in (fake_server(), FakeServer()):
+        client = fakeredis.FakeAsyncRedis(server=server, decode_responses=True)
+        seen = []
+        for script in scripts:
+            try:
+                seen.append(repr(await client.eval(script, 0)))
+            except redis.exceptions.ResponseError as exc:
+                seen.append(str(exc))
+        outcomes.append(seen)
+        await client.aclose()
+    assert outcomes[0] == outcomes[1] and "late" in outcomes[0][1]
 
 
 # -- the write lane: the store's writes, run as fakeredis's own commands do ---------

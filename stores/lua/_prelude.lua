@@ -71,7 +71,9 @@ end
 
 -- Why the scripts cannot work with run `id`'s record: its key's type, or a field
 -- they compute with that is missing or unusable. Returns nil, nil, status when
--- they can (status nil: no such run), else the key and what is wrong.
+-- they can (status nil: no such run; then also the fields read: status,
+-- created_at, priority, queue, retention, fence, recoveries, cp_n, jseq), else
+-- the key and what is wrong.
 local function damaged(id)
   local key = rk(id)
   local bad = mistyped(key, 'hash')
@@ -96,7 +98,7 @@ local function damaged(id)
       return key, "field '" .. counters[i] .. "' is not an integer"
     end
   end
-  return nil, nil, st
+  return nil, nil, st, f
 end
 
 -- What is wrong with a new run's fields (a flat name, value list), or nil.
@@ -123,9 +125,11 @@ end
 
 -- Move a run to `to`, keeping the per-status index right. Returns an error
 -- table when the transition table forbids it (unless `explicit`), else nil.
-local function move(id, to, explicit)
+-- `known` (optional): the run's status and created_at as the caller just read
+-- them (damaged's fields), so they are not read again.
+local function move(id, to, explicit, known)
   local key = rk(id)
-  local from = redis.call('HGET', key, 'status')
+  local from = known and known[1] or redis.call('HGET', key, 'status')
   if from then
     if not explicit and not (ALLOWED[from] and ALLOWED[from][to]) then
       return err('transition', from, to)
@@ -138,7 +142,8 @@ local function move(id, to, explicit)
     redis.call('ZREM', P .. K.expiry, id)
   end
   redis.call('HSET', key, 'status', to)
-  redis.call('ZADD', P .. K.status .. to, redis.call('HGET', key, 'created_at'), id)
+  redis.call('ZADD', P .. K.status .. to, from and known and known[2]
+             or redis.call('HGET', key, 'created_at'), id)
   return nil
 end
 
@@ -564,8 +569,10 @@ end
 local function repair(now, limit, note)
   local cur = P .. K.repair
   local c = redis.pcall('HMGET', cur, 'due', 'status', 'id', 'score')
-  if c.err then c = {} end  -- our own bookkeeping, damaged: start over
+  local broken = c.err ~= nil
+  if broken then c = {} end  -- our own bookkeeping, damaged: start over
   local due, st, last, score = c[1], c[2], c[3], c[4]
+  if last == '' then last, score = nil, nil end  -- (a pass that ended a round writes '')
   if isnum(due) and tonumber(due) > tonumber(now) then return 0 end
   local at = 1
   for i, name in ipairs(REPAIRED) do if name == st then at = i end end
@@ -613,10 +620,10 @@ local function repair(now, limit, note)
     at, last, score = at % #REPAIRED + 1, nil, nil  -- this index is done: the next one
     if at == 1 then break end  -- a whole round: rest until the next pass
   end
-  redis.call('DEL', cur)
+  if broken then redis.call('DEL', cur) end
+  -- one write: a round's end leaves '' for the run and score last seen
   redis.call('HSET', cur, 'due', string.format('%.17g', tonumber(now) + REPAIR_EVERY),
-             'status', REPAIRED[at])
-  if last then redis.call('HSET', cur, 'id', last, 'score', score) end
+             'status', REPAIRED[at], 'id', last or '', 'score', score or '')
   return repaired
 end
 
@@ -667,12 +674,15 @@ local function maintain(now, limit, max_recoveries, recovery_error)
   end
   -- Each index's first entry is read once, and its due entries only when it is
   -- due: an idle pass reads five entries, not five ranges and then four entries.
-  local first, moved = {}, false
+  -- Due timers alone write to no other index maintain reports (wake_run and
+  -- enqueue write the run, its queue and wake-ups): then only the timers' first
+  -- entry is read again.
+  local first, moved = {}, nil
   local function due(index)
     first[index] = redis.call('ZRANGE', P .. index, 0, 0, 'WITHSCORES')
     local at = first[index][2]
     if not at or tonumber(at) > tonumber(now) then return {} end
-    moved = true
+    moved = (moved == nil and index == K.timers) and 'timers' or 'all'
     return redis.call('ZRANGEBYSCORE', P .. index, '-inf', now, 'LIMIT', 0, limit)
   end
   for _, id in ipairs(due(K.timers)) do
@@ -771,7 +781,7 @@ local function maintain(now, limit, max_recoveries, recovery_error)
   end
   local repaired = repair(now, limit, note)
   -- the first entries read above still hold unless a due loop or a repair wrote
-  if moved or repaired > 0 then first = {} end
+  if moved == 'all' or repaired > 0 then first = {} elseif moved then first[K.timers] = nil end
   local function next_of(index)
     return first[index] or redis.call('ZRANGE', P .. index, 0, 0, 'WITHSCORES')
   end
@@ -814,9 +824,10 @@ end
 -- Sticky routing: a run another worker parked and keeps in memory (field
 -- sticky, see enqueue) is left to it for its delay, counted from when a worker
 -- other than `owner` first saw it ready (field sticky_seen). Returns when it
--- falls to any worker, or nil if `owner` may take it now.
-local function sticky_until(id, owner, now)
-  local s = redis.pcall('HMGET', rk(id), 'sticky', 'fence', 'sticky_seen')
+-- falls to any worker, or nil if `owner` may take it now. `s` (optional): those
+-- three fields as the caller just read them.
+local function sticky_until(id, owner, now, s)
+  s = s or redis.pcall('HMGET', rk(id), 'sticky', 'fence', 'sticky_seen')
   if s.err or not s[1] then return nil end
   local f, d, o = string.match(s[1], '^(%d+):%d+:([^:]*):(.+)$')
   if not f or o == owner or f ~= s[2] or not isnum(d) then return nil end
@@ -834,7 +845,7 @@ local function head(q, served, lim, now, owner)
   local keyed = lim and lim.k
   local wide = served or keyed
   local r = redis.call('ZRANGE', P .. K.queue .. q, 0, wide and 63 or 0, 'WITHSCORES')
-  if #r == 0 then return nil end
+  if #r == 0 then return nil, nil, nil, true end  -- (4th: the queue is empty)
   if lim then
     if lim.w and lim.w <= 0 then return nil, 'worker' end
     if lim.c and slots(P .. K.qslots .. q) >= lim.c then return nil, 'concurrency' end
@@ -842,15 +853,18 @@ local function head(q, served, lim, now, owner)
   local held, later = nil, nil
   local i = 1
   while i <= #r do
-    local ok = true
+    local ok, s = true, nil
     if served then
-      local fv = redis.pcall('HMGET', rk(r[i]), 'flow', 'flow_version')
+      -- with the sticky fields sticky_until reads: one read of the record
+      local fv = redis.pcall('HMGET', rk(r[i]), 'flow', 'flow_version', 'sticky', 'fence',
+                             'sticky_seen')
       -- a vanished run (no flow) or a record that is not a hash (an error) is
       -- taken too, so that it is dropped or reported below; else its flow at
       -- any version, or at the version it started on (see scope_args)
       local flow = fv[1]
       ok = fv.err ~= nil or type(flow) ~= 'string' or served[flow]
         or served[flow .. '\n' .. (fv[2] or '')]
+      if not fv.err then s = {fv[3], fv[4], fv[5]} end
     end
     if ok and keyed then
       local ck = redis.pcall('HGET', rk(r[i]), 'ckey')
@@ -859,7 +873,7 @@ local function head(q, served, lim, now, owner)
       end
     end
     if ok and owner then
-      local at = sticky_until(r[i], owner, now)
+      local at = sticky_until(r[i], owner, now, s)
       if at then ok, later = false, math.min(at, later or at) end
     end
     if ok then
@@ -936,12 +950,14 @@ local function take(owner, now, expiry, limit, queues, every, served, lims)
   local out = {}
   local n = 0
   local held = {}  -- queue -> the limit holding it back (counts only grow during a take)
+  local gone = {}  -- queues found empty (a take only takes from queues: they stay so)
   local room, capped = nil, false
   while n < limit do
     local best, bestq, bests = nil, nil, nil
     for _, q in ipairs(queues) do
       if not held[q] then
-        local id, got, at = head(q, served, lims[q], now, owner)  -- got: a score, or a limit
+        local id, got, at, none = head(q, served, lims[q], now, owner)  -- got: a score, or a limit
+        if none then gone[q] = true end
         if id then
           if best == nil or got < bests then best, bestq, bests = id, q, got end
         elseif got then
@@ -954,7 +970,7 @@ local function take(owner, now, expiry, limit, queues, every, served, lims)
     if best == nil then break end
     redis.call('ZREM', P .. K.queue .. bestq, best)
     local key = rk(best)
-    local where, bad, st = damaged(best)
+    local where, bad, st, fields = damaged(best)
     local journal, mail, lineage, hit = nil, nil, nil, false
     -- anything else is a stale entry (e.g. canceled meanwhile): drop it
     if not bad and (st == 'pending' or st == 'running' or st == 'replaying') then
@@ -967,7 +983,7 @@ local function take(owner, now, expiry, limit, queues, every, served, lims)
       n = n + 1
     elseif journal then
       local lim = lims[bestq]
-      if st ~= 'running' then move(best, 'running') end
+      if st ~= 'running' then move(best, 'running', false, fields) end
       if st == 'pending' then
         redis.call('HSET', key, 'started_at', now)
         arm(best, now)
@@ -1001,7 +1017,7 @@ local function take(owner, now, expiry, limit, queues, every, served, lims)
   for _, q in ipairs(queues) do
     if lims[q] and lims[q].t and not held[q] then
       local tat = arrival(q)
-      if tat > tonumber(now) and (room == nil or tat < room)
+      if tat > tonumber(now) and (room == nil or tat < room) and not gone[q]
           and redis.call('ZCARD', P .. K.queue .. q) > 0 then
         room = tat
       end
@@ -1013,7 +1029,8 @@ local function take(owner, now, expiry, limit, queues, every, served, lims)
   -- Another worker may have room where this one is at its own cap: kept.
   local empty = true
   for _, q in ipairs(queues) do
-    if redis.call('ZCARD', P .. K.queue .. q) == 0 or (held[q] and held[q] ~= 'worker') then
+    if gone[q] or redis.call('ZCARD', P .. K.queue .. q) == 0
+        or (held[q] and held[q] ~= 'worker') then
       redis.call('DEL', P .. K.wake .. q)
     else empty = false end
   end
