@@ -253,8 +253,8 @@ def test_the_lane_is_there_from_fakeredis_2_40_on() -> None:
     assert (_fakelua._READS is not None) == (release >= (2, 40)), fakeredis.__version__
 
 
-async def test_the_lane_answers_the_stores_reads_itself(monkeypatch: pytest.MonkeyPatch) -> None:
-    lane = _fakelua._READS is not None  # see the test above
+def _through_fakeredis(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """The commands scripts send through fakeredis's own `redis.call` path (not a lane)."""
     through: list[bytes] = []
     command = ScriptingCommandsMixin._lua_redis_call
 
@@ -265,6 +265,12 @@ async def test_the_lane_answers_the_stores_reads_itself(monkeypatch: pytest.Monk
         return command(self, runtime, expected, op, *args)  # type: ignore[arg-type]
 
     monkeypatch.setattr(ScriptingCommandsMixin, "_lua_redis_call", counted)
+    return through
+
+
+async def test_the_lane_answers_the_stores_reads_itself(monkeypatch: pytest.MonkeyPatch) -> None:
+    lane = _fakelua._READS is not None  # see the test above
+    through = _through_fakeredis(monkeypatch)
     client = fakeredis.FakeAsyncRedis(server=fake_server(), decode_responses=True)
     await _lane_data(client)
     script = """
@@ -433,16 +439,7 @@ def _plain(value: object) -> object:
 async def test_the_write_lane_runs_the_stores_writes_itself(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    through: list[bytes] = []
-    command = ScriptingCommandsMixin._lua_redis_call
-
-    def counted(
-        self: object, runtime: object, expected: object, op: bytes, *args: object
-    ) -> object:
-        through.append(op)
-        return command(self, runtime, expected, op, *args)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(ScriptingCommandsMixin, "_lua_redis_call", counted)
+    through = _through_fakeredis(monkeypatch)
     client = fakeredis.FakeAsyncRedis(server=fake_server(), decode_responses=True)
     script = """
     redis.call('HSET', 'h', 'a', '1')
