@@ -76,7 +76,7 @@ async def measure() -> dict[str, Any]:
     counters: list[Counter] = []
     calls = {"in_script": 0, "slow": 0}  # every redis.call; those fakeredis's layer answered
     runs = 0  # the check empties its store once per run of the flow
-    opener, lane, emptied = _fakelua.memory_store, _fakelua._Server._read_lane, _Shared.store
+    opener, lane, emptied = _fakelua.memory_store, _fakelua._Server._lanes, _Shared.store
 
     def counted_store(*args: Any, **kwargs: Any) -> RedisStore:
         store = opener(*args, **kwargs)
@@ -102,13 +102,13 @@ async def measure() -> dict[str, Any]:
         return counted
 
     _fakelua.memory_store = counted_store  # the check opens its store with it
-    _fakelua._Server._read_lane = counted_lane  # type: ignore[method-assign,assignment]
+    _fakelua._Server._lanes = counted_lane  # type: ignore[method-assign,assignment]
     _Shared.store = counted_run  # type: ignore[method-assign,assignment]
     try:
         figures = await timed()
     finally:
         _fakelua.memory_store = opener
-        _fakelua._Server._read_lane = lane  # type: ignore[method-assign]
+        _fakelua._Server._lanes = lane  # type: ignore[method-assign]
         _Shared.store = emptied  # type: ignore[method-assign]
     scripts: collections.Counter[str] = collections.Counter()
     for c in counters:

@@ -457,14 +457,14 @@ class _Server(fakeredis.FakeServer):
             value = _CompiledScripts(value)  # fakeredis made the server's Lua state
         elif name in _CALLS and callable(value):
             # the redis.call / redis.pcall of its scripts
-            value = self._read_lane(value, protected=name == _CALLS[1])
+            value = self._lanes(value, protected=name == _CALLS[1])
         super().__setattr__(name, value)
         if name == _EXPECTED and isinstance(value, set):
             runtime = self.__dict__.get(_RUNTIME)
             if isinstance(runtime, _CompiledScripts):
                 runtime.seal(value)
 
-    def _read_lane(self, slow: Callable[..., Any], protected: bool = False) -> Callable[..., Any]:
+    def _lanes(self, slow: Callable[..., Any], protected: bool = False) -> Callable[..., Any]:
         """`slow` (fakeredis's ``redis.call``, or with `protected` ``redis.pcall``)
         with the read and write lanes in front of it (see `_lane`, `_writes`): the
         same answers, sooner."""
@@ -514,13 +514,12 @@ _WRITES = _writes() if _READS is not None else None  # (the lanes go together)
 #
 # fakeredis's EVALSHA looks the source up and calls its EVAL, which hashes the
 # whole source again (``hashlib.sha1(script)``) to name it: ~25 us for the 44 KB
-# poll script, on every call. `preload` puts one object per distinct source in
-# a server's cache (interned: the same text is the same bytes object), and
-# fakeredis's scripting module hashes through `_Digests`, which answers the
-# digest it made once for those objects (a copy of the hash object) and hashes
-# anything else as hashlib does. The digests are the same; the interned
-# sources are few (a store's scripts, per configuration) and kept for the
-# process, so an object's id names its text.
+# poll script, on every call. fakeredis's scripting module hashes through
+# `_Digests`, which answers the digest it made once for the sources `preload`
+# put in a cache, and hashes anything else as hashlib does. The digests are the
+# same; those sources are few (a store's scripts, per configuration) and kept
+# for the process. `preload` caches one bytes object per text, so a lookup
+# finds its own key (and the hash bytes keep of themselves) at once.
 
 
 class _Digests:
@@ -528,21 +527,18 @@ class _Digests:
 
     def __init__(self, real: Any) -> None:
         self._real = real
-        self._interned: dict[bytes, bytes] = {}
-        self._known: dict[int, tuple[bytes, Any]] = {}  # id(source) -> source, its hash
+        self._known: dict[bytes, tuple[bytes, Any]] = {}  # source -> it, its hash
 
     def intern(self, source: bytes) -> bytes:
         """The one object for `source`'s text, its digest made once."""
-        known = self._interned.setdefault(source, source)
-        if known is source:
-            self._known[id(source)] = (source, self._real.sha1(source))
-        return known
+        known = self._known.get(source)
+        if known is None:
+            known = self._known[source] = (source, self._real.sha1(source))
+        return known[0]
 
     def sha1(self, data: Any = b"", **kwargs: Any) -> Any:
-        hit = self._known.get(id(data))
-        if hit is not None and hit[0] is data and not kwargs:
-            return hit[1].copy()
-        return self._real.sha1(data, **kwargs)
+        hit = self._known.get(data) if type(data) is bytes and not kwargs else None
+        return self._real.sha1(data, **kwargs) if hit is None else hit[1].copy()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._real, name)
