@@ -14,7 +14,12 @@ operation is a script. Four of its habits cost more than the scripts do:
   Python set;
 - every ``redis.call`` goes through the layers of a client's command (name
   lookup, argument conversion, the generic signature check, write-back and
-  notifications): 10-35 us a call, for reads that write nothing back.
+  notifications): 10-35 us a call, for reads that write nothing back;
+- every write tells the key's WATCHers and wakes every blocked client of the
+  database (a ``threading.Condition``), once per write, not once per script;
+- a command is framed as RESP by redis-py and parsed back by the fake socket,
+  and redis-py 8 sends it through ``asyncio.wait_for`` (a task per command)
+  because of its default socket timeout.
 
 `fake_server()` makes a server that compiles each script source once and
 keeps the compiled chunk (per server: a chunk belongs to its server's Lua
@@ -23,8 +28,12 @@ expect (`_NewGlobals`), and whose scripts' common reads take a lane of
 their own (`_lane`: the same answers from fakeredis's own data and helpers,
 anything unusual left to fakeredis), and whose writes a shorter one
 (`_writes`: fakeredis's own command methods, write-back and notifications,
-without its generic name lookup and argument conversion); `preload()` puts
-a store's scripts in a server's script cache. Nothing else changes: a
+without its generic name lookup and argument conversion; HSET and XADD
+``*`` with fakeredis's own bodies and no generic walk at all), whose
+scripts' WATCH notices and wake-ups come once, as each script ends
+(`_quietly`); `preload()` puts a store's scripts in a server's script cache.
+`memory_store()` makes a store whose connections take a script call as its
+fields, without RESP (`_MemoryConnection`), and have no socket timeout. Nothing else changes: a
 cached chunk is called afresh each time (its top-level locals are new on each call, as with
 ``execute``), errors read the same (a source that does not compile goes to
 ``execute``), and the global check runs as often and refuses the same
@@ -50,11 +59,18 @@ conformance suite, on the oldest supported fakeredis.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import fakeredis
 
+try:
+    from fakeredis._clients._async import FakeAsyncRedisConnection
+except ImportError:  # fakeredis before 2.40 (its commands then go as RESP: see `_direct`)
+    from fakeredis.aioredis import FakeAsyncRedisConnection
+
+from stores._redispy import _packed, pack
 from stores.redis import RedisStore
 
 __all__ = ["compiles_once", "fake_server", "memory_store", "preload"]
@@ -82,13 +98,15 @@ class _CompiledScripts:
     object as the server's runtime and passes it to its own helpers).
     """
 
-    __slots__ = ("_chunks", "_runtime", "_sealed", "table_from")
+    __slots__ = ("_chunks", "_current", "_runtime", "_sealed", "table_from")
 
     def __init__(self, runtime: Any) -> None:
         self._runtime = runtime
         self._chunks: dict[bytes | str, Any] = {}
         self._sealed: _NewGlobals | None = None
         self.table_from = runtime.table_from  # called on every redis.call: no indirection
+        #: fakeredis's one-item list of the socket whose script runs (see `_quietly`)
+        self._current: list[Any] | None = None
 
     def seal(self, expected: set[Any]) -> None:
         """fakeredis took the names of the globals a script may see: from now on
@@ -111,10 +129,44 @@ class _CompiledScripts:
             except Exception:  # a syntax error: raised (and worded) as fakeredis's own
                 return self._runtime.execute(source, *args)
             self._chunks[source] = chunk
-        return chunk(*args)
+        current = self._current
+        if current is None:
+            return chunk(*args)
+        return _quietly(current[0], chunk, args)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._runtime, name)
+
+
+# A script's writes tell WATCHers and wake blocked clients once, as it ends.
+# fakeredis does both on every write (`Database.notify_watch`: each WATCHer of
+# the key, then every blocked client of the database, through a
+# threading.Condition): ~10% of a memory:// store's script time. Redis itself
+# serves blocked clients only after the script, and a WATCH can only be read
+# after it too, so keeping the keys written and telling each of their WATCHers
+# and waking the database once, when the script ends (or fails), is the same
+# to every client. A database that does not keep its WATCHers as fakeredis 2.40
+# does (a dict of key -> sockets), or whose `notify_watch` is already
+# replaced, is told at each write as usual.
+
+
+def _quietly(sock: Any, chunk: Any, args: tuple[Any, ...]) -> Any:
+    """`chunk(*args)` (a script of `sock`) with its writes' notifications given at its end."""
+    db: Any = getattr(sock, "_db", None)
+    watches = getattr(db, "_watches", None)
+    if not isinstance(watches, dict) or "notify_watch" in vars(db):
+        return chunk(*args)
+    written: set[bytes] = set()
+    db.notify_watch = written.add  # shadows the method for this script only
+    try:
+        return chunk(*args)
+    finally:
+        del db.notify_watch
+        if written:
+            for key in written:
+                for watcher in watches.get(key, ()):
+                    watcher.notify_watch()
+            db.wake_all()
 
 
 # A Lua function listing the globals that are not in `known` (keys of any type),
@@ -302,13 +354,23 @@ def _lane() -> dict[bytes, Callable[[Any, list[Any], Any], Any]] | None:
         score = None if v is None else v.get(a[1])
         return False if score is None else Float.encode(score, humanfriendly=False)
 
+    def index(b: bytes) -> int:
+        """A ZRANGE index as fakeredis reads it; a plain 64-bit integer (the norm)
+        read at once, anything else through fakeredis's two parsers."""
+        try:
+            n = int(b)
+        except ValueError:
+            n = None
+        if n is not None and -(2**63) <= n < 2**63 and b"%d" % n == b:
+            return n
+        return Int.decode(ScoreTest.decode(b).bytes_val or b"")
+
     def zrange(sock: Any, a: list[Any], table: Any) -> Any:  # by rank only
         withscores = len(a) == 4 and a[3].lower() == b"withscores"
         if not (len(a) == 3 or withscores) or (v := value(sock._db, a[0], ZSet)) is _SLOW:
             return _SLOW
         try:
-            first = Int.decode(ScoreTest.decode(a[1]).bytes_val or b"")
-            last = Int.decode(ScoreTest.decode(a[2]).bytes_val or b"")
+            first, last = index(a[1]), index(a[2])
         except Exception:  # not an index: fakeredis says how
             return _SLOW
         if v is None:
@@ -384,8 +446,24 @@ def _writes() -> dict[bytes, Callable[[Any, list[Any], Any], Any]] | None:
             msgs.FLAG_LEAVE_EMPTY_VAL, msgs.FLAG_DO_NOT_CREATE, msgs.FLAG_SKIP_CONVERT_TO_RESP2
         )  # fmt: skip
         refused = {msgs.FLAG_NO_SCRIPT}
+        from fakeredis._socket import AsyncFakeSocket
+        from fakeredis.model import Hash, XStream
+        from fakeredis.model._stream import MAX_ID_PART, StreamEntryKey
+
+        hset_event = SUPPORTED_COMMANDS["hset"].name.encode()
+        xadd_event = SUPPORTED_COMMANDS["xadd"].name.encode()
+        if Hash()._expiry_heap != [] or not hasattr(AsyncFakeSocket, "_hset"):
+            return None
     except Exception:  # any difference: no lane
         return None
+    try:  # the XADD short-cut needs its stream model as fakeredis 2.40 has it
+        fast_xadd = (
+            isinstance(XStream()._last_id, StreamEntryKey)
+            and list(inspect.signature(XStream.add).parameters)[1:3] == ["fields", "key"]
+            and hasattr(AsyncFakeSocket, "_stream_node_limits")
+        )
+    except Exception:
+        fast_xadd = False
 
     def handler(sig: Any) -> Callable[[Any, list[Any], Any], Any]:
         fixed, repeat, flags = list(sig.fixed), list(sig.repeat), sig.flags
@@ -436,6 +514,54 @@ def _writes() -> dict[bytes, Callable[[Any, list[Any], Any], Any]] | None:
 
         return write
 
+    def notified(sock: Any, item: Any, event: bytes) -> None:
+        item.writeback()  # (neither command empties its key)
+        sock._keyspace_notifications([item], event)
+        sock._subkey_notifications([item])
+
+    def hset(sock: Any, a: list[Any], runtime: Any) -> Any:
+        # HSET key field value [field value ...], of a hash with no field TTLs:
+        # fakeredis's own HSET body without the generic signature walk.
+        if len(a) < 3 or not len(a) % 2:
+            return _SLOW  # fakeredis words the arity error
+        db = sock._db
+        item = db.get(a[0])
+        if item is not None and (type(item.value) is not Hash or item.value._expiry_heap):
+            return _SLOW  # WRONGTYPE, or field TTLs (fakeredis notifies their expiry)
+        key = CommandItem(a[0], db, item, default=Hash() if item is None else None)
+        sock._subkey_events = []
+        created = sock._hset(key, *a[1:])
+        notified(sock, key, hset_event)
+        return created
+
+    def xadd(sock: Any, a: list[Any], runtime: Any) -> Any:
+        # XADD key * field value [field value ...]: as fakeredis's, with the id's
+        # millisecond read from the command's time (the database's, set as the
+        # EVALSHA began: one read of the clock, not one per XADD)
+        if len(a) < 4 or a[1] != b"*" or len(a) % 2:
+            return _SLOW  # options, an explicit id, an odd field list
+        db = sock._db
+        item = db.get(a[0])
+        stream = None if item is None else item.value
+        if stream is not None and type(stream) is not XStream:
+            return _SLOW  # WRONGTYPE
+        if not stream:  # as fakeredis's: an emptied stream starts again
+            stream = XStream()
+        last = stream._last_id
+        now = int(1000 * db.time)
+        if now > last.ts:
+            entry = StreamEntryKey(now, 0)
+        elif last.seq < MAX_ID_PART:
+            entry = StreamEntryKey(last.ts, last.seq + 1)
+        else:
+            return _SLOW  # ids exhausted in this millisecond: fakeredis decides
+        key = CommandItem(a[0], db, item)
+        sock._subkey_events = []
+        stream.add(a[2:], entry, *sock._stream_node_limits())
+        key.update(stream)
+        notified(sock, key, xadd_event)
+        return entry.encode()
+
     names = (
         "HSET", "HDEL", "HINCRBY", "ZADD", "ZREM", "XADD", "XTRIM", "LPUSH", "RPUSH", "LTRIM",
         "LPOP", "SADD", "INCR", "DEL", "UNLINK",
@@ -446,6 +572,10 @@ def _writes() -> dict[bytes, Callable[[Any, list[Any], Any], Any]] | None:
         if sig is None or sig.flags & refused or "redis" not in sig.server_types:
             continue
         writes[n.encode()] = writes[n.lower().encode()] = handler(sig)
+    fast = {b"HSET": hset, b"XADD": xadd if fast_xadd else None}
+    for name, write in fast.items():
+        if write is not None and name in writes:
+            writes[name] = writes[name.lower()] = write
     return writes
 
 
@@ -472,6 +602,8 @@ class _Server(fakeredis.FakeServer):
         writes = _WRITES or {}
         runtime = self.__dict__.get(_RUNTIME)
         current = getattr(self, _CURRENT, None)
+        if isinstance(runtime, _CompiledScripts) and isinstance(current, list) and _QUIET:
+            runtime._current = current  # its scripts' notifications come at their end
         if not reads or not isinstance(runtime, _CompiledScripts) or not isinstance(current, list):
             return slow
         table = runtime.table_from
@@ -508,6 +640,19 @@ class _Server(fakeredis.FakeServer):
 
 _READS = _lane()
 _WRITES = _writes() if _READS is not None else None  # (the lanes go together)
+
+
+def _quiet() -> bool:
+    """Whether this fakeredis's databases tell WATCHers and wake blocked clients
+    as `_quietly` expects (else every write does, as fakeredis does)."""
+    try:
+        from fakeredis._core import Database
+    except ImportError:  # fakeredis before 2.40
+        return False
+    return all(callable(getattr(Database, m, None)) for m in ("notify_watch", "wake_all"))
+
+
+_QUIET = _quiet()
 
 
 # -- the scripts' digests ---------------------------------------------------------
@@ -561,6 +706,73 @@ def _digests() -> _Digests | None:
     return digests
 
 
+# -- commands without RESP -------------------------------------------------------
+#
+# A memory:// store's script calls reach its server as their fields: the lane
+# (stores._redispy.Lane) asks the connection class to `pack_fields` a command,
+# and `send_packed_command` hands them to the fake socket's command processing
+# (`_process_command`, what its RESP parser calls with the fields it read), so
+# neither side frames nor parses RESP. A command with an argument of another
+# type, a connection that is not connected, is due a health check, or whose
+# socket is paused, killed or cut off goes through RESP as before (with its
+# errors). Replies were never RESP: fakeredis queues them as objects.
+
+
+class _Fields(list[bytes]):
+    """One command's fields, for an in-process server's socket (no RESP)."""
+
+
+class _MemoryConnection(FakeAsyncRedisConnection):
+    """A fakeredis connection that takes a command as its fields (see above)."""
+
+    def pack_fields(self, args: tuple[Any, ...]) -> Any:
+        fields = _Fields()
+        encoding = self.encoder.encoding
+        for a in args:
+            t = type(a)
+            if t is bytes:
+                fields.append(a)
+            elif t is str:
+                fields.append(a.encode(encoding, "strict"))  # as stores._redispy.pack
+            elif t is int:
+                fields.append(b"%d" % a)
+            else:  # a float, a bool, another type: redis-py's packing (or error)
+                return _packed(self, args)
+        if b" " in fields[0]:  # "CONFIG GET": redis-py splits it
+            return _packed(self, args)
+        return fields
+
+    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        sock = self._sock if type(command) is _Fields and self.is_connected else None
+        if (
+            sock is None
+            or check_health
+            or getattr(sock, "_paused", True)  # (True: a fakeredis without them)
+            or getattr(sock, "_killed", True)
+            or not sock._server.connected
+        ):
+            if type(command) is _Fields:
+                command = pack(tuple(command))
+            await super().send_packed_command(command, check_health)
+            return
+        sock._process_command(command)
+
+
+def _direct() -> bool:
+    """Whether this fakeredis's sockets process a command's fields as
+    `_MemoryConnection` expects (else memory:// speaks RESP to them)."""
+    try:
+        from fakeredis._socket import AsyncFakeSocket
+
+        params = list(inspect.signature(AsyncFakeSocket._process_command).parameters)
+        return params == ["self", "fields"]
+    except Exception:
+        return False
+
+
+_DIRECT = _direct()
+
+
 def fake_server() -> fakeredis.FakeServer:
     """A new, empty fakeredis server for one ``memory://`` store."""
     return _Server() if compiles_once() else fakeredis.FakeServer()
@@ -571,8 +783,16 @@ def memory_store(server: fakeredis.FakeServer, **options: Any) -> RedisStore:
     `options`) on the in-process `server`, with its scripts loaded there."""
     from stores._redispy import READ_ERRORS
 
+    # No socket timeout, as a RedisStore.from_url store has by default: redis-py
+    # 8's (5 s) runs every send through asyncio.wait_for (a task per command),
+    # and nothing in-process can hang a send.
+    direct: Any = {"connection_class": _MemoryConnection} if _DIRECT else {}
     client = fakeredis.FakeAsyncRedis(
-        server=server, decode_responses=True, encoding_errors=READ_ERRORS
+        server=server,
+        decode_responses=True,
+        encoding_errors=READ_ERRORS,
+        socket_timeout=None,
+        **direct,
     )
     store = RedisStore(client, **options)
     preload(server, ((s.sha, str(s.script)) for s in store._scripts.values()))

@@ -267,6 +267,11 @@ class Lane:
         )  # in every supported redis-py (5.3+), not in every connection class
         # redis-py's own, which does nothing while `_re_auth_token` is None
         self._re_auth_known = self._re_auth is getattr(AbstractConnection, "re_auth", None)
+        # A connection class may take a command as its fields instead of RESP
+        # (`pack_fields`: an in-process server's, stores._fakelua); its own hook.
+        self._fields: Callable[[AbstractConnection, tuple[Any, ...]], Any] | None = getattr(
+            cls, "pack_fields", None
+        )
         self._pipelining = pipelining
         self._inflight = 0  # calls and batches on the wire
         self._queue: list[tuple[tuple[Any, ...], asyncio.Future[Any]]] = []
@@ -407,10 +412,11 @@ class Lane:
         """How many connections the lane holds (at most its size)."""
         return len(self._made)
 
-    @staticmethod
-    async def _call(conn: AbstractConnection, command: tuple[Any, ...]) -> Any:
+    async def _call(self, conn: AbstractConnection, command: tuple[Any, ...]) -> Any:
         # connects (or reconnects) first and runs the health check if it is due
-        await conn.send_packed_command(_packed(conn, command), _health_due(conn))
+        fields = self._fields
+        packed = _packed(conn, command) if fields is None else fields(conn, command)
+        await conn.send_packed_command(packed, _health_due(conn))
         return await conn.read_response()
 
     # -- connections ---------------------------------------------------------

@@ -1,7 +1,9 @@
 """Claims across partitions (stores._claiming): concurrent, fair, in priority order.
 
 On the memory store (the Redis store's scripts on fakeredis, through the same
-lane as a real Redis), with several partitions on one node.
+lane as a real Redis), with several partitions on one node. The two tests of
+what goes on the wire together use a real Redis: a memory:// call is answered
+before the caller yields (no wire), so its calls never overlap to be batched.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ def ids_in(store: RedisStore, partition: int, n: int) -> list[str]:
     return [store.keys.in_partition(f"r{partition}-{i}", partition) for i in range(n)]
 
 
-async def test_an_idle_poll_asks_every_partition_at_once(store: RedisStore) -> None:
+async def test_an_idle_poll_asks_every_partition_at_once(partitioned: RedisStore) -> None:
+    store = partitioned
     lane = store._runner
     assert isinstance(lane, Lane)
     await store.poll(OWNER, None, 8, T0, TTL, 10, "{}")  # the lane's connection made
@@ -45,8 +48,9 @@ async def test_an_idle_poll_asks_every_partition_at_once(store: RedisStore) -> N
 
 
 async def test_a_claim_asks_in_two_rounds_whatever_the_partitions(
-    store: RedisStore,
+    partitioned: RedisStore,
 ) -> None:
+    store = partitioned
     for p in range(4):
         for i, run_id in enumerate(ids_in(store, p, 3)):
             await store.create_run(new_run(run_id, created_at=T0 + 4 * i + p))

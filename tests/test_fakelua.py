@@ -7,6 +7,8 @@ runs this file on the oldest fakeredis the project supports.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import re
 from collections.abc import AsyncIterator
@@ -190,7 +192,9 @@ LANE_READS: list[tuple[object, ...]] = [
     ("ZRANGE", "z", 0, 0, "WITHSCORES"), ("ZRANGE", "z", 0, -1), ("ZRANGE", "z", "0", "-1"),
     ("ZRANGE", "z", -2, -1, "withscores"), ("ZRANGE", "z", 5, 10), ("ZRANGE", "z", 3, 1),
     ("ZRANGE", "z", 1.5, 2), ("ZRANGE", "z", "(1", 2), ("ZRANGE", "z", "x", 2),
-    ("ZRANGE", "z", "01", 2), ("ZRANGE", "nokey", 0, 0, "WITHSCORES"), ("ZRANGE", "h", 0, 0),
+    ("ZRANGE", "z", "01", 2), ("ZRANGE", "z", " 1", 2), ("ZRANGE", "z", "-0", 2),
+    ("ZRANGE", "z", "1_0", 2), ("ZRANGE", "z", "+1", 2), ("ZRANGE", "z", 0, 2**63),
+    ("ZRANGE", "z", -(2**63), -1), ("ZRANGE", "nokey", 0, 0, "WITHSCORES"), ("ZRANGE", "h", 0, 0),
     ("ZRANGE", "z", 0, 1, "BYSCORE"), ("ZRANGE", "z", 0, -1, "REV"), ("ZRANGE", "z", 0),
     ("ZRANGE", "z", 0, -1, "WITHSCORES", "x"),
     ("ZRANGEBYSCORE", "z", "-inf", "+inf"), ("ZRANGEBYSCORE", "z", "-inf", 2.5, "LIMIT", 0, 1),
@@ -475,3 +479,126 @@ async def test_a_write_in_a_script_breaks_a_watch_as_fakeredis_does(
             await pipe.execute()
     assert await client.hget("h", "a") == "2"
     await client.aclose()
+
+
+# -- a script's notifications come at its end ------------------------------------
+
+
+@pytest.mark.parametrize("server", ["adapted", "plain"], indirect=True)
+async def test_a_client_blocked_on_a_list_gets_what_a_script_pushed(
+    server: fakeredis.FakeServer,
+) -> None:
+    waiting = fakeredis.FakeAsyncRedis(server=server, decode_responses=True)
+    client = fakeredis.FakeAsyncRedis(server=server, decode_responses=True)
+    popped = asyncio.ensure_future(waiting.blpop(["l"], timeout=5))
+    await asyncio.sleep(0.01)  # it is blocked
+    script = """
+    redis.call('LPUSH', KEYS[1], 'a')
+    redis.call('HSET', KEYS[2], 'f', 'v')
+    redis.call('XADD', KEYS[3], '*', 'f', 'v')
+    return 1
+    """
+    assert await client.eval(script, 3, "l", "h", "x") == 1
+    assert list(await asyncio.wait_for(popped, 2)) == ["l", "a"]
+    await waiting.aclose()
+    await client.aclose()
+
+
+@pytest.mark.parametrize("server", ["adapted", "plain"], indirect=True)
+@pytest.mark.parametrize("write", ["XADD", "ZADD", "fails"])
+async def test_each_write_of_a_script_breaks_a_watch_even_when_it_fails(
+    server: fakeredis.FakeServer, write: str
+) -> None:
+    client = fakeredis.FakeAsyncRedis(server=server, decode_responses=True)
+    script = {
+        "XADD": "return redis.call('XADD', KEYS[1], '*', 'f', 'v')",
+        "ZADD": "return redis.call('ZADD', KEYS[1], 1, 'm')",
+        # the script writes the watched key, then fails: the write stays, and counts
+        "fails": "redis.call('XADD', KEYS[1], '*', 'f', 'v') return redis.call('INCR', KEYS[1])",
+    }[write]
+    async with client.pipeline() as pipe:
+        await pipe.watch("k")
+        with contextlib.suppress(redis.exceptions.ResponseError):
+            await client.eval(script, 1, "k")
+        pipe.multi()
+        pipe.set("other", "1")
+        with pytest.raises(redis.exceptions.WatchError):
+            await pipe.execute()
+    assert await client.exists("k") and not await client.exists("other")
+    await client.aclose()
+
+
+# -- memory:// commands as fields, not RESP ---------------------------------------
+
+
+async def test_a_memory_stores_script_calls_reach_its_server_without_resp(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    try:
+        from fakeredis._socket import AsyncFakeSocket
+    except ImportError:  # fakeredis before 2.40
+        from fakeredis.aioredis import AsyncFakeSocket
+
+    parsed: list[bytes] = []
+    sendall = AsyncFakeSocket.sendall
+
+    def counted(self: object, data: bytes) -> None:
+        parsed.append(data)
+        sendall(self, data)
+
+    monkeypatch.setattr(AsyncFakeSocket, "sendall", counted)
+    store = open_store("memory://")
+    assert store.client.connection_pool.connection_kwargs["socket_timeout"] is None
+    assert await store.record("r1", 1, "s#1", "{}", now=1.0) is False  # no such run
+    before = len(parsed)
+    assert await store.record("r1", 1, "s#1", "{}", now=1.0) is False  # one script call
+    assert len(parsed) == before if _fakelua._DIRECT else len(parsed) > before
+    await store.close()
+
+
+@pytest.mark.skipif(not _fakelua._DIRECT, reason="this fakeredis takes RESP only")
+async def test_a_command_the_fields_path_does_not_take_goes_through_resp_the_same() -> None:
+    client = fakeredis.FakeAsyncRedis(
+        server=fake_server(), decode_responses=True, connection_class=_fakelua._MemoryConnection
+    )
+    plain = fakeredis.FakeAsyncRedis(server=FakeServer(), decode_responses=True)
+    conn = await client.connection_pool.get_connection()
+    other = await plain.connection_pool.get_connection()
+    for args in [
+        ("SET", "k", 1.5),
+        ("GET", "k"),
+        ("SET", "t", "é"),
+        ("GET", "t"),
+        ("SET", "b", True),
+        ("CONFIG GET", "maxmemory"),
+        ("EVAL", "return ARGV[1]", 0, 2.25),
+        ("INCR", "t"),
+    ]:
+        seen = []
+        for c in (conn, other):
+            try:
+                packed = _fakelua._MemoryConnection.pack_fields(conn, args)  # type: ignore[arg-type]
+                if c is other:
+                    packed = c.pack_command(*args)
+                await c.send_packed_command(packed, False)
+                seen.append(await c.read_response())
+            except Exception as exc:  # redis-py's or the server's error, worded alike
+                seen.append((type(exc).__name__, str(exc)))
+        assert seen[0] == seen[1], args
+    await client.connection_pool.release(conn)
+    await plain.connection_pool.release(other)
+    await client.aclose()
+    await plain.aclose()
+
+
+@pytest.mark.skipif(not _fakelua._DIRECT, reason="this fakeredis takes RESP only")
+async def test_a_memory_store_whose_server_is_down_fails_as_before() -> None:
+    server = fake_server()
+    store = _fakelua.memory_store(server)
+    assert await store.record("r1", 1, "s#1", "{}", now=1.0) is False
+    server.connected = False
+    with pytest.raises(redis.exceptions.ConnectionError):
+        await store.record("r1", 1, "s#1", "{}", now=1.0)
+    server.connected = True
+    assert await store.record("r1", 1, "s#1", "{}", now=1.0) is False
+    await store.close()

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from stores._fakelua import _Fields
 from stores._keys import SUFFIX
 from stores.protocol import RunStatus
 from stores.redis import RedisStore
@@ -130,8 +131,11 @@ def count_sent(store: RedisStore, monkeypatch: pytest.MonkeyPatch) -> list[str]:
         send = cls.send_packed_command
 
         async def counting(self: Any, command: Any, *a: Any, _send: Any = send, **kw: Any) -> None:
-            first = command if isinstance(command, bytes) else b"".join(command)
-            sent.append(first.split(b"\r\n", 3)[2].decode().upper())
+            if isinstance(command, _Fields):  # memory://: the fields, not RESP
+                sent.append(command[0].decode().upper())
+            else:
+                first = command if isinstance(command, bytes) else b"".join(command)
+                sent.append(first.split(b"\r\n", 3)[2].decode().upper())
             await _send(self, command, *a, **kw)
 
         monkeypatch.setattr(cls, "send_packed_command", counting)
