@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from stores._fakelua import _Fields
+from stores._fakeconn import Fields
 from stores._keys import SUFFIX
 from stores.protocol import RunStatus
 from stores.redis import RedisStore
@@ -131,7 +131,7 @@ def count_sent(store: RedisStore, monkeypatch: pytest.MonkeyPatch) -> list[str]:
         send = cls.send_packed_command
 
         async def counting(self: Any, command: Any, *a: Any, _send: Any = send, **kw: Any) -> None:
-            if isinstance(command, _Fields):  # memory://: the fields, not RESP
+            if isinstance(command, Fields):  # memory://: the fields, not RESP
                 sent.append(command[0].decode().upper())
             else:
                 first = command if isinstance(command, bytes) else b"".join(command)
