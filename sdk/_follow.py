@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from sdk._checks import check_seconds
 from sdk._types import Event
 from sdk.errors import RunNotFound
+from stores._tasks import cancel_and_wait
 
 if TYPE_CHECKING:
     from sdk._client import Client
@@ -100,6 +101,4 @@ async def read_ahead(source: AsyncIterator[Any]) -> AsyncIterator[asyncio.Queue[
     try:
         yield queue
     finally:
-        reader.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await reader
+        await cancel_and_wait(reader)  # a cancellation 3.11 loses ends it all the same

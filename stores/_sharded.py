@@ -35,6 +35,8 @@ from typing import Any
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.exceptions import RedisClusterException, RedisError, ResponseError
 
+from stores._tasks import cancel_and_wait
+
 __all__ = ["ShardedSubscriber"]
 
 log = logging.getLogger("steadyflow.store")
@@ -114,9 +116,7 @@ class ShardedSubscriber:
         """Close every connection; no callback runs after this returns."""
         self._closed = True
         if self._repair is not None:
-            self._repair.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._repair
+            await cancel_and_wait(self._repair)
         links, self._links = list(self._links.values()), {}
         self._placed.clear()
         for link in links:
@@ -233,9 +233,7 @@ class ShardedSubscriber:
 
     async def _drop(self, link: _Link) -> None:
         if link.reader is not None and link.reader is not asyncio.current_task():
-            link.reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await link.reader
+            await cancel_and_wait(link.reader)  # a cancellation 3.11 loses ends it all the same
         with contextlib.suppress(Exception):
             await link.conn.disconnect()
 
