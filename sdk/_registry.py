@@ -88,7 +88,7 @@ class Registry:
 
     _default: ClassVar[Registry | None] = None
 
-    def __init__(self, *definitions: Callable[..., Any]) -> None:
+    def __init__(self, *definitions: Callable[..., Any] | Queue) -> None:
         self._flows: dict[str, FlowDef] = {}  # name -> its current version
         self._versions: dict[str, dict[str | None, FlowDef]] = {}  # name -> every version
         self._channels: dict[str, ChannelDef] = {}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
@@ -67,6 +68,11 @@ class Reason(enum.StrEnum):
         return self.value
 
 
+def _names(names: Iterable[str]) -> tuple[str, ...]:
+    """`Versions.capabilities` as a tuple (typed, so a checker accepts any iterable of str)."""
+    return tuple(names)
+
+
 @attrs.frozen
 class Versions:
     """What a run was started against (recorded, not interpreted).
@@ -77,7 +83,7 @@ class Versions:
         registry_ref: a reference into your own registry of deployments.
     """
 
-    capabilities: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    capabilities: tuple[str, ...] = attrs.field(default=(), converter=_names)
     bindings: dict[str, str] = attrs.field(factory=dict)
     registry_ref: str | None = None
 

@@ -53,6 +53,6 @@ async def cluster_client(cluster: LocalCluster) -> RedisCluster:
 async def cluster_store(cluster: LocalCluster, prefix: str, partitions: int) -> RedisStore:
     """A store on `cluster` with plain, connected cluster clients (commands and blocking reads)."""
     return RedisStore(
-        await cluster_client(cluster), prefix=prefix, partitions=partitions,
-        blocking_client=await cluster_client(cluster),
+        await cluster_client(cluster), prefix=prefix, partitions=partitions,  # type: ignore[arg-type]
+        blocking_client=await cluster_client(cluster),  # type: ignore[arg-type]
     )  # fmt: skip

@@ -18,7 +18,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import TypeVar, overload
 
 import attrs
 
@@ -262,8 +262,26 @@ class WorkerProcess:
         return f"worker {self.pid} log:\n{self.log()}"
 
 
+@overload
 async def until(
-    probe: Callable[[], T | Awaitable[T]],
+    probe: Callable[[], Awaitable[T | None]],
+    timeout: float,
+    what: str,
+    *workers: WorkerProcess,
+) -> T: ...
+
+
+@overload
+async def until(
+    probe: Callable[[], T | None],
+    timeout: float,
+    what: str,
+    *workers: WorkerProcess,
+) -> T: ...
+
+
+async def until(
+    probe: Callable[[], T | Awaitable[T | None] | None],
     timeout: float,
     what: str,
     *workers: WorkerProcess,
@@ -279,7 +297,7 @@ async def until(
         if isinstance(value, Awaitable):
             value = await value
         if value:
-            return value  # type: ignore[return-value]
+            return value
         if loop.time() > deadline:
             logs = "\n".join(w.describe() for w in workers)
             raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{logs}")

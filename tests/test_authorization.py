@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import cast
 
 import pytest
 
@@ -32,7 +33,7 @@ async def work() -> str:
 @flow(name="tests.auth.gated")
 async def gated() -> Decision:
     await work()
-    return await wait_for("refund", human=True, approvers=["alice", "carol"])
+    return cast(Decision, await wait_for("refund", human=True, approvers=["alice", "carol"]))
 
 
 @flow(name="tests.auth.signalled")
@@ -80,13 +81,13 @@ async def test_a_refused_action_changes_nothing_and_is_audited(
         await env.run_until_idle()
         client = Client(env.store, Policy(lambda actor, act: False), clock=env.clock)
         before = await env.client.get(handle.run_id)
-        journal_before = await env.store.client.hgetall(env.store.keys.journal(handle.run_id))
+        journal_before = await env.store.client.hgetall(env.store.keys.journal(handle.run_id))  # type: ignore[attr-defined]
 
         with pytest.raises(Forbidden, match="mallory"):
             await call(client, handle.run_id)  # type: ignore[misc]
 
         assert await env.client.get(handle.run_id) == before
-        assert await env.store.client.hgetall(env.store.keys.journal(handle.run_id)) == (
+        assert await env.store.client.hgetall(env.store.keys.journal(handle.run_id)) == (  # type: ignore[attr-defined]
             journal_before
         )
         assert [("mallory", action, handle.run_id)] == ASKED
@@ -169,4 +170,4 @@ async def test_a_run_canceled_before_it_started_resumes_from_the_beginning() -> 
 
 def test_approvers_need_a_human_wait_and_real_names() -> None:
     with pytest.raises(ValueError, match="human=True"):
-        wait_for("x", approvers=["alice"]).close()  # type: ignore[attr-defined]
+        wait_for("x", approvers=["alice"]).close()

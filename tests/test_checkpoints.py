@@ -19,6 +19,7 @@ from sdk import (
     Checkpoint,
     CheckpointKind,
     Client,
+    Decision,
     RetryPolicy,
     current_run,
     flow,
@@ -106,7 +107,7 @@ async def signal_wait() -> Any:
 @flow(name="tests.checkpoints.human_wait")
 async def human_wait() -> bool:
     await work("a")
-    decision = await wait_for("ship", human=True)
+    decision: Decision = await wait_for("ship", human=True)
     return decision.approved
 
 

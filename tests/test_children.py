@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from typing import Any
+from typing import Any, cast
 
 import attrs
 import pytest
@@ -204,7 +204,7 @@ async def test_a_canceled_child_raises_run_canceled_in_its_parent(store: RedisSt
     @flow(name="tests.children.one_hold")
     async def one_hold() -> str:
         try:
-            return await run_child(hold, "x")
+            return cast(str, await run_child(hold, "x"))
         except RunCanceled as exc:
             return f"canceled: {exc.reason}"
 

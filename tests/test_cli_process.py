@@ -62,7 +62,7 @@ async def test_an_operator_session_against_a_worker_process(
         done = await client.start(greet, "ada", run_id="greet-1")
         assert await done.result(timeout=30) == "hello ada"
         await client.start(gate, run_id="gate-1")
-        await until(lambda: _is_waiting(client), 30, "gate-1 to wait for its signal")  # type: ignore[arg-type, return-value]
+        await until(lambda: _is_waiting(client), 30, "gate-1 to wait for its signal")
 
         listed = await read_json("runs", "list", url=redis_url, prefix=key_prefix)
         assert [(r["run_id"], r["status"]) for r in listed["runs"]] == [

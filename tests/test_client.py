@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -277,7 +278,7 @@ async def test_the_result_is_rebuilt_into_the_flows_return_type() -> None:
 async def test_an_unknown_run_id_raises_run_not_found_everywhere() -> None:
     async with FlowTestEnv() as env:
         client = env.client
-        calls = [
+        calls: list[Callable[[], Awaitable[object]]] = [
             lambda: client.get("nope"),
             lambda: client.signal("nope", "go"),
             lambda: client.approve("nope", "go", actor="a"),

@@ -31,6 +31,7 @@ import random
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
+from typing import cast
 
 import pytest
 import pytest_asyncio
@@ -108,28 +109,28 @@ class SlotMove:
         self.errors: list[str] = []  # MIGRATE refusals (BUSYKEY: a key written on both)
 
     async def node_id(self, port: int) -> str:
-        return str(await self.nodes[port].execute_command("CLUSTER", "MYID"))
+        return str(await self.nodes[port].execute_command("CLUSTER", "MYID"))  # type: ignore[no-untyped-call]
 
     async def begin(self) -> None:
         src_id, dst_id = await self.node_id(self.source), await self.node_id(self.target)
-        await self.nodes[self.target].execute_command(
+        await self.nodes[self.target].execute_command(  # type: ignore[no-untyped-call]
             "CLUSTER", "SETSLOT", self.slot, "IMPORTING", src_id
         )
-        await self.nodes[self.source].execute_command(
+        await self.nodes[self.source].execute_command(  # type: ignore[no-untyped-call]
             "CLUSTER", "SETSLOT", self.slot, "MIGRATING", dst_id
         )
 
     async def migrate(self, keys: list[str]) -> None:
         src = self.nodes[self.source]
         try:
-            await src.execute_command(
+            await src.execute_command(  # type: ignore[no-untyped-call]
                 "MIGRATE", "127.0.0.1", self.target, "", 0, 5000, "KEYS", *keys
             )
         except aioredis.ResponseError as e:
             # what redis-cli --cluster reshard stops on; move on (REPLACE) to
             # see what else goes wrong
             self.errors.append(f"MIGRATE {keys}: {e}")
-            await src.execute_command(
+            await src.execute_command(  # type: ignore[no-untyped-call]
                 "MIGRATE", "127.0.0.1", self.target, "", 0, 5000, "REPLACE", "KEYS", *keys
             )
         self.migrated += len(keys)
@@ -137,7 +138,7 @@ class SlotMove:
     async def finish(self, pause: float = 0.0) -> None:
         """Migrate the slot's other keys (`pause` s between batches); end the move."""
         src = self.nodes[self.source]
-        while keys := await src.execute_command(
+        while keys := await src.execute_command(  # type: ignore[no-untyped-call]
             "CLUSTER", "GETKEYSINSLOT", self.slot, KEYS_PER_MIGRATE
         ):
             await self.migrate(keys)
@@ -146,7 +147,7 @@ class SlotMove:
         dst_id = await self.node_id(self.target)
         others = [p for p in self.nodes if p not in (self.source, self.target)]
         for port in [self.target, self.source, *others]:
-            await self.nodes[port].execute_command("CLUSTER", "SETSLOT", self.slot, "NODE", dst_id)
+            await self.nodes[port].execute_command("CLUSTER", "SETSLOT", self.slot, "NODE", dst_id)  # type: ignore[no-untyped-call]
 
     async def holders(self, key: str) -> list[int]:
         """The ports of the masters that hold `key` now."""
@@ -156,7 +157,7 @@ class SlotMove:
                 out.append(self.source)
         except AskError:  # the old master has no such key (any more)
             pass
-        await self.asking.execute_command("ASKING")
+        await self.asking.execute_command("ASKING")  # type: ignore[no-untyped-call]
         if await self.asking.exists(key):
             out.append(self.target)
         return out
@@ -294,7 +295,8 @@ async def test_runs_survive_a_slot_moving_under_load(
 
 
 def test_the_probe_key_is_in_the_slot_of_the_key_it_is_made_from() -> None:
-    for key in ["sf:{p3}:run:order-1", "x:{tag}:j:a{b}c", b"sf:{p0}:run:\xff"]:
+    keys: list[str | bytes] = ["sf:{p3}:run:order-1", "x:{tag}:j:a{b}c", b"sf:{p0}:run:\xff"]
+    for key in keys:
         found = _migrating.probe(key)
         assert found is not None and found != key
         assert key_slot(found if isinstance(found, bytes) else found.encode()) == key_slot(
@@ -317,7 +319,7 @@ def test_only_a_slot_move_counts_as_moving() -> None:
 
 
 async def test_a_refused_call_is_retried_until_the_move_ends() -> None:
-    answers: list[Exception | str] = [TryAgainError("slot moving")] * 3 + ["OK"]
+    answers = cast("list[Exception | str]", [TryAgainError("slot moving")] * 3 + ["OK"])
 
     async def attempt() -> str:
         answer = answers.pop(0)

@@ -49,7 +49,7 @@ async def store_fixture(cluster: LocalCluster, key_prefix: str) -> AsyncIterator
 def node_clients(cluster: LocalCluster) -> dict[tuple[int, str], dict[str, str]]:
     """Every client connection of every master, by (port, client id), as CLIENT
     LIST shows them."""
-    out = {}
+    out: dict[tuple[int, str], dict[str, str]] = {}
     for port in cluster.master_ports():
         with redis.Redis(port=port, decode_responses=True) as node:
             out |= {(port, c["id"]): c for c in node.client_list() if c["cmd"] != "client|list"}
@@ -168,11 +168,11 @@ async def move_slot(cluster: LocalCluster, slot: int, source: int, target: int) 
     src = redis.Redis(port=source, decode_responses=True)
     dst = redis.Redis(port=target, decode_responses=True)
     with src, dst:
-        src_id, dst_id = (n.execute_command("CLUSTER", "MYID") for n in (src, dst))
-        dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", src_id)
-        src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", dst_id)
-        while keys := src.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100):
-            src.execute_command("MIGRATE", "127.0.0.1", target, "", 0, 5000, "KEYS", *keys)
+        src_id, dst_id = (n.execute_command("CLUSTER", "MYID") for n in (src, dst))  # type: ignore[no-untyped-call]
+        dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", src_id)  # type: ignore[no-untyped-call]
+        src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", dst_id)  # type: ignore[no-untyped-call]
+        while keys := src.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100):  # type: ignore[no-untyped-call]
+            src.execute_command("MIGRATE", "127.0.0.1", target, "", 0, 5000, "KEYS", *keys)  # type: ignore[no-untyped-call]
         for port in cluster.master_ports():
             with redis.Redis(port=port, decode_responses=True) as node:
                 node.execute_command("CLUSTER", "SETSLOT", slot, "NODE", dst_id)
@@ -185,10 +185,10 @@ async def test_a_waiting_worker_follows_its_slot_to_another_master(
     store = await cluster_store(cluster, key_prefix, 8)
     try:
         channel = store.keys.wake(3, None)
-        slot = store.client.keyslot(channel)
+        slot = store.client.keyslot(channel)  # type: ignore[attr-defined]
         waiter = asyncio.create_task(store.wait_ready(None, WAKE_TIMEOUT))
         await registered(store)
-        source = store.client.get_node_from_key(channel).port
+        source = store.client.get_node_from_key(channel).port  # type: ignore[attr-defined]
         target = next(p for p in cluster.master_ports() if p != source)
 
         await move_slot(cluster, slot, source, target)

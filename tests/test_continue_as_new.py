@@ -10,6 +10,7 @@ import pytest
 
 from sdk import continue_as_new, current_step, flow, step, wait_for
 from sdk.errors import InvalidArgument, NotInRunError, RunFailed
+from stores import Store
 from stores.redis import RedisStore
 from testing import FlowTestEnv
 
@@ -40,7 +41,7 @@ async def counter(n: int, total: int = 0, until: int = 50) -> int:
     raise AssertionError("continue_as_new returned")
 
 
-async def _journal_len(store: RedisStore, run_id: str) -> int:
+async def _journal_len(store: Store, run_id: str) -> int:
     lin = await store.read_lineage(run_id)
     assert lin is not None
     return len(lin.journal)
@@ -84,7 +85,7 @@ async def test_an_archived_generation_keeps_its_arguments_and_checkpoints() -> N
         await env.run_until_idle()
         g1 = await env.store.get_run("short~g1")
         assert g1 is not None
-        assert env.client._flow_def(counter).decode_args(g1.args, env.client.serializer)[0] == [1]
+        assert env.client._flow_def(counter).decode_args(g1.args, env.client.serializer)[0] == [1]  # type: ignore[union-attr]
         kinds = [c.kind for c in await env.client.checkpoints("short~g1")]
         assert kinds[0] == "run_started" and kinds[-1] == "run_finished"
         kinds = [c.kind for c in await env.client.checkpoints("short")]

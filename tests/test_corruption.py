@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import redis.exceptions
@@ -647,7 +647,7 @@ async def test_the_outbox_loop_tells_an_outage_from_another_fault(
     from sdk._dispatch import Dispatcher
 
     async with FlowTestEnv(FakeClock()) as env:
-        dispatcher = Dispatcher(env.store, env.clock, lambda: {"mail": None}, concurrency=1,  # type: ignore[arg-type,return-value,dict-item]
+        dispatcher = Dispatcher(env.store, env.clock, lambda: {"mail": None}, concurrency=1,  # type: ignore[dict-item]
                                 lease_ttl=30.0)  # fmt: skip
         stop = asyncio.Event()
         calls = 0
@@ -691,7 +691,7 @@ async def test_a_damaged_intent_names_its_key_to_the_reader(store: RedisStore, d
         assert await handle.result() == 1
         assert len(await env.client.intents("mailer")) == 1
         ids = key(store, "intents", "mailer")
-        (iid,) = await store.client.smembers(ids)
+        (iid,) = cast("set[str]", await store.client.smembers(ids))
         one = store.keys.intent(store.keys.partition("mailer"), iid)
         if damage == "intent field missing":
             await store.client.hdel(one, "channel")

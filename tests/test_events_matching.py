@@ -355,7 +355,7 @@ async def test_a_bad_match_fails_the_run_with_a_clear_error() -> None:
 
 def test_wait_for_event_outside_a_run_raises() -> None:
     with pytest.raises(NotInRunError):
-        wait_for_event("x")
+        wait_for_event("x")  # type: ignore[unused-coroutine]
 
 
 # -- partitions --------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import sys
 from collections.abc import AsyncIterator, Iterator
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import attrs
 import pytest
@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 async def journal_keys(env: FlowTestEnv, run_id: str) -> set[str]:
     store = env.store
     assert isinstance(store, RedisStore)
-    return set(await store.client.hkeys(store.keys.journal(run_id)))
+    return set(cast("list[str]", await store.client.hkeys(store.keys.journal(run_id))))
 
 
 @pytest.fixture(autouse=True, name="_reset_examples")
@@ -117,7 +117,12 @@ async def test_hello_end_to_end_with_a_worker_process_on_real_redis(
 ) -> None:
     worker = hello_worker.worker
     starter = await _exec(
-        "-m", "examples.hello", *hello_worker.flags, "--name", "Ada", **hello_worker.env
+        "-m",
+        "examples.hello",
+        *hello_worker.flags,
+        "--name",
+        "Ada",
+        **hello_worker.env,  # type: ignore[arg-type]
     )
     out, err = await asyncio.wait_for(starter.communicate(), timeout=45)
     assert starter.returncode == 0, err.decode()
@@ -429,13 +434,13 @@ SEEN_RESULTS: list[object] = []
 
 
 @step
-async def unannotated_int_keys():  # no return annotation, on purpose
+async def unannotated_int_keys():  # type: ignore[no-untyped-def]  # no return annotation, on purpose
     return {1: "one"}
 
 
 @flow(name="tests.examples.int_keys")
 async def int_keys() -> None:
-    SEEN_RESULTS.append(await unannotated_int_keys())
+    SEEN_RESULTS.append(await unannotated_int_keys())  # type: ignore[no-untyped-call]
     await wait_for("go")
 
 

@@ -125,7 +125,7 @@ async def test_a_memory_store_starts_with_its_scripts_loaded() -> None:
 def test_preloading_fills_the_cache_as_script_load_would() -> None:
     server = fake_server()
     preload(server, [(hashlib.sha1(b"return 1").hexdigest(), "return 1")])
-    cache = server.script_cache  # type: ignore[attr-defined]
+    cache = server.script_cache
     assert cache == {hashlib.sha1(b"return 1").hexdigest().encode(): b"return 1"}
 
 
@@ -137,7 +137,7 @@ async def test_a_preloaded_script_is_not_hashed_again_and_names_itself_the_same(
     server = fake_server()
     preload(server, [(sha, source)])
     client = fakeredis.FakeAsyncRedis(server=server, decode_responses=True)
-    digests = scripting_mixin.hashlib
+    digests = scripting_mixin.hashlib  # type: ignore[attr-defined]
     if not compiles_once() or not hasattr(digests, "intern"):
         pytest.skip("this fakeredis hashes its scripts some other way")
     hashed: list[bytes] = []
@@ -148,7 +148,7 @@ async def test_a_preloaded_script_is_not_hashed_again_and_names_itself_the_same(
             hashed.append(data)
             return real.sha1(data, **kwargs)
 
-    digests._real = Counting()
+    digests._real = Counting()  # type: ignore[attr-defined]
     try:
         assert await client.evalsha(sha, 0, "a") == "a#preloaded"
         assert hashed == []  # EVALSHA of a preloaded source: its digest made once
@@ -158,7 +158,7 @@ async def test_a_preloaded_script_is_not_hashed_again_and_names_itself_the_same(
         assert await client.script_load(source) == sha
         assert digests.sha1(b"x").hexdigest() == hashlib.sha1(b"x").hexdigest()
     finally:
-        digests._real = real
+        digests._real = real  # type: ignore[attr-defined]
         await client.aclose()
 
 
@@ -473,7 +473,7 @@ async def test_a_write_in_a_script_breaks_a_watch_as_fakeredis_does(
     async with client.pipeline() as pipe:
         await pipe.watch("h")
         await client.eval("return redis.call('HSET', KEYS[1], 'a', '2')", 1, "h")
-        pipe.multi()
+        pipe.multi()  # type: ignore[no-untyped-call]
         pipe.hset("h", "a", "3")
         with pytest.raises(redis.exceptions.WatchError):
             await pipe.execute()
@@ -499,7 +499,7 @@ async def test_a_client_blocked_on_a_list_gets_what_a_script_pushed(
     return 1
     """
     assert await client.eval(script, 3, "l", "h", "x") == 1
-    assert list(await asyncio.wait_for(popped, 2)) == ["l", "a"]
+    assert list(await asyncio.wait_for(popped, 2)) == ["l", "a"]  # type: ignore[arg-type]
     await waiting.aclose()
     await client.aclose()
 
@@ -520,7 +520,7 @@ async def test_each_write_of_a_script_breaks_a_watch_even_when_it_fails(
         await pipe.watch("k")
         with contextlib.suppress(redis.exceptions.ResponseError):
             await client.eval(script, 1, "k")
-        pipe.multi()
+        pipe.multi()  # type: ignore[no-untyped-call]
         pipe.set("other", "1")
         with pytest.raises(redis.exceptions.WatchError):
             await pipe.execute()
@@ -542,7 +542,7 @@ async def test_a_memory_stores_script_calls_reach_its_server_without_resp(
     parsed: list[bytes] = []
     sendall = AsyncFakeSocket.sendall
 
-    def counted(self: object, data: bytes) -> None:
+    def counted(self: AsyncFakeSocket, data: bytes) -> None:
         parsed.append(data)
         sendall(self, data)
 
@@ -552,18 +552,20 @@ async def test_a_memory_stores_script_calls_reach_its_server_without_resp(
     assert await store.record("r1", 1, "s#1", "{}", now=1.0) is False  # no such run
     before = len(parsed)
     assert await store.record("r1", 1, "s#1", "{}", now=1.0) is False  # one script call
-    assert len(parsed) == before if _fakelua._DIRECT else len(parsed) > before
+    assert len(parsed) == before if _fakelua._DIRECT else len(parsed) > before  # type: ignore[attr-defined]
     await store.close()
 
 
-@pytest.mark.skipif(not _fakelua._DIRECT, reason="this fakeredis takes RESP only")
+@pytest.mark.skipif(not _fakelua._DIRECT, reason="this fakeredis takes RESP only")  # type: ignore[attr-defined]
 async def test_a_command_the_fields_path_does_not_take_goes_through_resp_the_same() -> None:
     client = fakeredis.FakeAsyncRedis(
-        server=fake_server(), decode_responses=True, connection_class=_fakelua._MemoryConnection
+        server=fake_server(),
+        decode_responses=True,
+        connection_class=_fakelua._MemoryConnection,  # type: ignore[attr-defined]
     )
     plain = fakeredis.FakeAsyncRedis(server=FakeServer(), decode_responses=True)
-    conn = await client.connection_pool.get_connection()
-    other = await plain.connection_pool.get_connection()
+    conn = await client.connection_pool.get_connection()  # type: ignore[no-untyped-call]
+    other = await plain.connection_pool.get_connection()  # type: ignore[no-untyped-call]
     for args in [
         ("SET", "k", 1.5),
         ("GET", "k"),
@@ -577,7 +579,7 @@ async def test_a_command_the_fields_path_does_not_take_goes_through_resp_the_sam
         seen = []
         for c in (conn, other):
             try:
-                packed = _fakelua._MemoryConnection.pack_fields(conn, args)  # type: ignore[arg-type]
+                packed = _fakelua._MemoryConnection.pack_fields(conn, args)  # type: ignore[attr-defined]
                 if c is other:
                     packed = c.pack_command(*args)
                 await c.send_packed_command(packed, False)
@@ -591,7 +593,7 @@ async def test_a_command_the_fields_path_does_not_take_goes_through_resp_the_sam
     await plain.aclose()
 
 
-@pytest.mark.skipif(not _fakelua._DIRECT, reason="this fakeredis takes RESP only")
+@pytest.mark.skipif(not _fakelua._DIRECT, reason="this fakeredis takes RESP only")  # type: ignore[attr-defined]
 async def test_a_memory_store_whose_server_is_down_fails_as_before() -> None:
     server = fake_server()
     store = _fakelua.memory_store(server)

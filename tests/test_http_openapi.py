@@ -7,7 +7,7 @@ from typing import Any
 
 import httpx
 import pytest
-from jsonschema import Draft202012Validator
+from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
 from openapi_spec_validator import validate
 from starlette.routing import Route as StarletteRoute
 

@@ -211,7 +211,7 @@ async def test_a_lane_connection_is_health_checked_when_its_interval_has_passed(
 
         async def counted() -> None:
             pings.append(True)
-            await send()
+            await send()  # type: ignore[no-untyped-call]
 
         conn._send_ping = counted  # type: ignore[method-assign]
         assert await lane.run(script, [], ["soon after"]) == "soon after"
@@ -229,7 +229,7 @@ async def test_a_connection_marked_for_reconnection_reconnects_after_its_call(ki
     (conn,) = kit.lane._made
     if not hasattr(conn, "mark_for_reconnect"):
         pytest.skip("this redis-py has no reconnection marks (added in 7.x)")
-    await kit.pool.update_active_connections_for_reconnect()
+    await kit.pool.update_active_connections_for_reconnect()  # type: ignore[no-untyped-call]
     assert await kit.run(ECHO, [], ["marked"]) == "marked"
     assert not conn.is_connected  # closed once its call was answered, as release() would
     assert await kit.run(ECHO, [], ["again"]) == "again"
@@ -264,7 +264,7 @@ async def test_a_non_blocking_pool_at_its_limit_makes_calls_wait_for_the_lane(
     try:
         slow = client.register_script(SLOW)
         await client.script_load(SLOW)  # or its NOSCRIPT reload would need a connection too
-        held = await pool.get_connection()  # the pool is left with room for one
+        held = await pool.get_connection()  # type: ignore[no-untyped-call]  # the pool is left with room for one
         replies = await asyncio.gather(*(lane.run(slow, [], ["2", str(i)]) for i in range(4)))
         assert replies == ["0", "1", "2", "3"]
         assert lane.connections == 1

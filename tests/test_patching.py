@@ -304,11 +304,11 @@ async def test_client_replay_gives_the_source_runs_answer(
 async def test_invalid_change_ids_raise_invalid_argument() -> None:
     for bad in ("", "a\nb", 42, "x" * 10_000):
         with pytest.raises(InvalidArgument):
-            patched(bad)  # type: ignore[arg-type]
+            patched(bad)  # type: ignore[arg-type, unused-coroutine]
         with pytest.raises(InvalidArgument):
             deprecate_patch(bad)  # type: ignore[arg-type]
     with pytest.raises(NotInRunError):
-        patched("fine")
+        patched("fine")  # type: ignore[unused-coroutine]
 
 
 async def test_an_invalid_change_id_in_a_flow_is_the_flows_error(store: RedisStore) -> None:

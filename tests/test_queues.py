@@ -155,7 +155,7 @@ def test_the_new_start_options_are_reserved_names(name: str) -> None:
     scope: dict[str, object] = {}
     exec(f"async def f({name}: str) -> None: ...", scope)
     with pytest.raises(InvalidArgument, match="reserved"):
-        flow(name=f"tests.queues.reserved.{name}", registry=Registry())(scope["f"])  # type: ignore[call-overload]
+        flow(name=f"tests.queues.reserved.{name}", registry=Registry())(scope["f"])  # type: ignore[arg-type]
 
 
 # -- concurrency ---------------------------------------------------------------------------------
@@ -395,7 +395,12 @@ async def test_client_queues_reports_figures_limits_and_age(store: RedisStore) -
         env.clock.advance(5)
         infos = {q.name: q for q in await env.client.queues()}
         assert infos["tests.queues.limited"] == QueueInfo(
-            "tests.queues.limited", 3, 0, LIMITED, None, pytest.approx(5.0)
+            "tests.queues.limited",
+            3,
+            0,
+            LIMITED,
+            None,
+            pytest.approx(5.0),  # type: ignore[arg-type]
         )
         assert infos["tests.queues.serial"].queue is SERIAL
         assert infos["tests.queues.serial"].pending == 1

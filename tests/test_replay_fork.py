@@ -15,7 +15,7 @@ import os
 import subprocess
 import sys
 from collections import Counter, defaultdict
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -199,7 +199,7 @@ async def raw_redis_state(store: RedisStore, run_id: str) -> dict[str, Any]:
     base = store.keys.base_of(run_id)
     state: dict[str, Any] = {}
     keys = {s: base + SUFFIX[s] + run_id for s in RUN_SUFFIXES}
-    for name in await c.smembers(keys["mailboxes"]):
+    for name in cast("set[str]", await c.smembers(keys["mailboxes"])):
         keys[f"mailbox {name}"] = f"{base}{SUFFIX['mailbox']}{len(run_id)}:{run_id}:{name}"
     for what, key in keys.items():
         content = await key_content(store, key)
@@ -207,7 +207,9 @@ async def raw_redis_state(store: RedisStore, run_id: str) -> dict[str, Any]:
             state[what] = content
     indexes = [SUFFIX[s] for s in ("runs", "timers", "leases", "expiry")]
     indexes += [SUFFIX["status"] + s.value for s in RunStatus]
-    indexes += [SUFFIX["queue"] + q for q in await c.smembers(base + SUFFIX["queues"])]
+    indexes += [
+        SUFFIX["queue"] + q for q in cast("set[str]", await c.smembers(base + SUFFIX["queues"]))
+    ]
     for index in indexes:
         score = await c.zscore(base + index, run_id)
         if score is not None:

@@ -103,7 +103,7 @@ def golden(stage: str) -> dict[str, Any]:
 async def load_v1(store: RedisStore, stage: str) -> str:
     """Write a golden format-1 run into `store`, key by key; returns its run id."""
     doc = golden(stage)
-    run_id = doc["run_id"]
+    run_id: str = doc["run_id"]
     c = store.client
     await c.hset(store.keys.run(run_id), mapping=doc["run"])
     if doc["journal"]:
@@ -369,8 +369,8 @@ async def test_partial_options_leave_the_rest_at_their_defaults() -> None:
 
 
 def test_versions_keep_capabilities_as_a_tuple() -> None:
-    assert Versions(capabilities=["a", "b"]).capabilities == ("a", "b")  # type: ignore[arg-type]
-    assert Versions(capabilities=["a"]) == Versions(capabilities=("a",))  # type: ignore[arg-type]
+    assert Versions(capabilities=["a", "b"]).capabilities == ("a", "b")
+    assert Versions(capabilities=["a"]) == Versions(capabilities=("a",))
 
 
 @pytest.mark.parametrize("bad", [{"trace_id": "t"}, "trace-1", Versions()])

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -60,7 +62,7 @@ def env_at(
 ) -> FlowTestEnv:
     """An env on `REG`; without `decorated`, its worker serves only the undecorated
     flows (so the decorated ones' schedules are not created)."""
-    flows = None if decorated else [report, held]
+    flows: list[Callable[..., Any] | str] | None = None if decorated else [report, held]
     return FlowTestEnv(FakeClock(start), store=store, registry=REG, flows=flows)
 
 
@@ -161,7 +163,7 @@ async def test_a_catchup_window_fires_the_ticks_missed_within_it_oldest_first(
         assert len(await runs_of(env.client, "tests.schedules.report")) == 4
 
 
-async def _held_schedule(env: FlowTestEnv, overlap: str) -> list[str]:
+async def _held_schedule(env: FlowTestEnv, overlap: str) -> list[list[str]]:
     """Three hourly ticks while the first tick's run waits; the run ids after each."""
     await env.client.create_schedule("held", held, cron="0 * * * *", overlap=overlap)
     seen = []

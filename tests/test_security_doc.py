@@ -67,7 +67,7 @@ async def acl_server_fixture(private_redis: PrivateRedis) -> AsyncIterator[str]:
     admin = aioredis.Redis.from_url(private_redis.url)
     try:
         for name, rules in users.items():
-            await admin.execute_command("ACL", "SETUSER", name, *rules)
+            await admin.execute_command("ACL", "SETUSER", name, *rules)  # type: ignore[no-untyped-call]
         yield f"127.0.0.1:{private_redis.port}"
     finally:
         await admin.aclose()

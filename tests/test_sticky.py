@@ -68,6 +68,8 @@ async def races() -> list[Any]:
     except TimeoutError:
         out.append("timer won")
     # two waits side by side, one with a timeout that fires
+    a: Any
+    b: Any
     a, b = await asyncio.gather(
         wait_for("a"), wait_for("b", timeout=120), return_exceptions=True
     )  # fmt: skip

@@ -209,7 +209,7 @@ def test_step_timeout_is_a_timeout_error_and_an_sdk_error() -> None:
 def test_a_step_timeout_must_be_a_finite_positive_duration(bad: object) -> None:
     with pytest.raises(InvalidArgument, match="timeout"):
 
-        @step(timeout=bad)  # type: ignore[arg-type]
+        @step(timeout=bad)  # type: ignore[call-overload,untyped-decorator]
         async def nope() -> None: ...
 
 
@@ -330,7 +330,7 @@ async def test_a_resumed_timed_out_run_gets_its_whole_timeout_again(store: Redis
 def test_a_flow_timeout_must_be_a_finite_positive_duration(bad: object) -> None:
     with pytest.raises(InvalidArgument, match="timeout"):
 
-        @flow(name="tests.timeouts.invalid", timeout=bad)  # type: ignore[arg-type]
+        @flow(name="tests.timeouts.invalid", timeout=bad)  # type: ignore[call-overload,untyped-decorator]
         async def invalid() -> None: ...
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -519,7 +520,7 @@ async def test_sleep_until_a_naive_datetime_is_an_invalid_argument() -> None:
 
 
 def test_run_only_calls_outside_a_run_raise_not_in_run_error() -> None:
-    calls = [
+    calls: list[Callable[[], object]] = [
         lambda: wait_for("x"),
         lambda: sleep(1),
         lambda: sleep_until(START),
@@ -558,6 +559,6 @@ async def test_wait_for_inside_a_step_raises_not_in_run_error() -> None:
 
 def test_wait_for_rejects_bad_arguments_at_call_time() -> None:
     with pytest.raises(ValueError):
-        wait_for("")
+        wait_for("")  # type: ignore[unused-coroutine]
     with pytest.raises(ValueError):
-        wait_for("x", timeout=-1)
+        wait_for("x", timeout=-1)  # type: ignore[unused-coroutine]

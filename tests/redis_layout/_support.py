@@ -7,7 +7,7 @@ project's other store-level tests.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -80,7 +80,7 @@ def mailbox_key(store: RedisStore, run_id: str, mailbox: str) -> str:
 
 
 async def run_hash(store: RedisStore, run_id: str) -> dict[str, str]:
-    raw: dict[str, str] = await store.client.hgetall(store.keys.run(run_id))
+    raw = cast("dict[str, str]", await store.client.hgetall(store.keys.run(run_id)))
     return raw
 
 
@@ -89,7 +89,7 @@ async def status_index(store: RedisStore) -> dict[str, set[str]]:
     out: dict[str, set[str]] = {}
     for status in RunStatus:
         ids = await store.client.zrange(store.keys.status_index(0, status.value), 0, -1)
-        out[status.value] = set(ids)
+        out[status.value] = set(cast("list[str]", ids))
     return out
 
 
