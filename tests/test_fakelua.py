@@ -20,6 +20,7 @@ from fakeredis import FakeServer
 from fakeredis.commands_mixins.scripting_mixin import ScriptingCommandsMixin
 
 from stores import _fakelua, open_store
+from stores._fakeconn import DIRECT, MemoryConnection
 from stores._fakelua import compiles_once, fake_server, preload
 
 FRESH_LOCALS = """
@@ -552,16 +553,16 @@ async def test_a_memory_stores_script_calls_reach_its_server_without_resp(
     assert await store.record("r1", 1, "s#1", "{}", now=1.0) is False  # no such run
     before = len(parsed)
     assert await store.record("r1", 1, "s#1", "{}", now=1.0) is False  # one script call
-    assert len(parsed) == before if _fakelua._DIRECT else len(parsed) > before  # type: ignore[attr-defined]
+    assert len(parsed) == before if DIRECT else len(parsed) > before
     await store.close()
 
 
-@pytest.mark.skipif(not _fakelua._DIRECT, reason="this fakeredis takes RESP only")  # type: ignore[attr-defined]
+@pytest.mark.skipif(not DIRECT, reason="this fakeredis takes RESP only")
 async def test_a_command_the_fields_path_does_not_take_goes_through_resp_the_same() -> None:
     client = fakeredis.FakeAsyncRedis(
         server=fake_server(),
         decode_responses=True,
-        connection_class=_fakelua._MemoryConnection,  # type: ignore[attr-defined]
+        connection_class=MemoryConnection,
     )
     plain = fakeredis.FakeAsyncRedis(server=FakeServer(), decode_responses=True)
     conn = await client.connection_pool.get_connection()  # type: ignore[no-untyped-call]
@@ -579,7 +580,7 @@ async def test_a_command_the_fields_path_does_not_take_goes_through_resp_the_sam
         seen = []
         for c in (conn, other):
             try:
-                packed = _fakelua._MemoryConnection.pack_fields(conn, args)  # type: ignore[attr-defined]
+                packed = MemoryConnection.pack_fields(conn, args)
                 if c is other:
                     packed = c.pack_command(*args)
                 await c.send_packed_command(packed, False)
@@ -593,7 +594,7 @@ async def test_a_command_the_fields_path_does_not_take_goes_through_resp_the_sam
     await plain.aclose()
 
 
-@pytest.mark.skipif(not _fakelua._DIRECT, reason="this fakeredis takes RESP only")  # type: ignore[attr-defined]
+@pytest.mark.skipif(not DIRECT, reason="this fakeredis takes RESP only")
 async def test_a_memory_store_whose_server_is_down_fails_as_before() -> None:
     server = fake_server()
     store = _fakelua.memory_store(server)
