@@ -1,5 +1,15 @@
 """``memory://`` connections that hand a script call to the fake server as its fields.
 
+A memory:// store's script calls reach its server as their fields: the lane
+(`stores._redispy.Lane`) asks the connection class to `pack_fields` a
+command, and `send_packed_command` hands them to the fake socket's command
+processing (``_process_command``, what its RESP parser calls with the fields
+it read), so neither side frames nor parses RESP. A command with an argument
+of another type, a connection that is not connected or is due a health
+check, or whose socket is paused, killed or cut off goes through RESP as
+before (with its errors). Replies were never RESP: fakeredis queues them as
+objects.
+
 Part of the adapter to fakeredis's internals (`stores._fakelua`, whose
 `memory_store` uses `MemoryConnection` when `DIRECT`).
 """
@@ -17,17 +27,6 @@ except ImportError:  # fakeredis before 2.40 (its commands then go as RESP: see 
 from stores._redispy import _packed, pack
 
 __all__ = ["DIRECT", "Fields", "MemoryConnection"]
-
-# -- commands without RESP -------------------------------------------------------
-#
-# A memory:// store's script calls reach its server as their fields: the lane
-# (stores._redispy.Lane) asks the connection class to `pack_fields` a command,
-# and `send_packed_command` hands them to the fake socket's command processing
-# (`_process_command`, what its RESP parser calls with the fields it read), so
-# neither side frames nor parses RESP. A command with an argument of another
-# type, a connection that is not connected, is due a health check, or whose
-# socket is paused, killed or cut off goes through RESP as before (with its
-# errors). Replies were never RESP: fakeredis queues them as objects.
 
 
 class Fields(list[bytes]):
