@@ -7,7 +7,6 @@ alive. The renewal reports both, so a cancel costs no poll per step."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import socket
@@ -62,30 +61,12 @@ class Heartbeat:
         except Exception:
             log.exception("worker heartbeat failed; will try again")
 
-    def _start_heartbeat(self, *, register: bool = False) -> tuple[asyncio.Task[None], list[bool]]:
-        """The heartbeat's task, and its flag to stop (see `_stop_heartbeat`)."""
-        beating = [True]
-        return asyncio.create_task(self._heartbeat(beating, register)), beating
-
-    @staticmethod
-    async def _stop_heartbeat(hb: asyncio.Task[None], beating: list[bool]) -> None:
-        """End the heartbeat and wait for it. Besides the cancellation, a flag the
-        loop reads after each await: on Python 3.11 a cancellation that lands as
-        a store call completes can be lost below us (seen with fakeredis: the call
-        returned normally and the loop went on beating, so the worker's `run()`
-        never returned; tests/test_worker_registry.py)."""
-        beating[0] = False
-        hb.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await hb
-
-    async def _heartbeat(self, beating: list[bool], register: bool = False) -> None:
+    async def _heartbeat(self, register: bool = False) -> None:
         interval = max(self.lease_ttl / 3, 0.05)
-        while beating[0]:
+        while True:
             await asyncio.sleep(interval)
-            if beating[0]:
-                await self._renew_leases()
-            if register and beating[0]:  # after the leases: what a late heartbeat costs
+            await self._renew_leases()
+            if register:  # after the leases: they are what a late heartbeat costs
                 await self._register()
 
     async def _renew_leases(self, now: float | None = None) -> None:

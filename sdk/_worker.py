@@ -36,6 +36,7 @@ from sdk._ticker import Ticker
 from sdk._types import ErrorInfo, Reason
 from sdk._values import Serializer
 from sdk.errors import InvalidArgument
+from stores._tasks import cancel_and_wait
 from stores.protocol import CorruptData, Damaged
 
 if TYPE_CHECKING:
@@ -408,7 +409,7 @@ class Worker(Heartbeat):
         Runs parked on a timer that is not due yet do not count; with a
         `FakeClock`, advance it and call this again.
         """
-        hb, beating = self._start_heartbeat()
+        hb = asyncio.create_task(self._heartbeat())
         try:
             while True:
                 # Idle only after a pass that started with nothing in flight and
@@ -434,7 +435,7 @@ class Worker(Heartbeat):
                 elif not (was_busy or claimed or sending):
                     return
         finally:
-            await self._stop_heartbeat(hb, beating)
+            await cancel_and_wait(hb)  # (on 3.11 a cancellation can be lost: see it)
 
     async def run(self) -> None:
         """Serve until `stop()`: claim, execute, heartbeat, fire timers, recover."""
@@ -443,7 +444,7 @@ class Worker(Heartbeat):
         if self.engine.sticky is not None:
             self.engine.sticky.serving = True  # kept runs' wake-ups wait for it (sticky_delay)
         await self._register()
-        hb, beating = self._start_heartbeat(register=True)
+        hb = asyncio.create_task(self._heartbeat(register=True))
         outbox = asyncio.create_task(self.dispatcher.serve(self._stop))
         log.info("worker %s started (%s)", self.owner, self.store.describe())
         backoff = 0.1
@@ -487,7 +488,7 @@ class Worker(Heartbeat):
             self._stop.set()  # ends the dispatcher's loop too
             with contextlib.suppress(asyncio.CancelledError):
                 await outbox
-            await self._stop_heartbeat(hb, beating)
+            await cancel_and_wait(hb)
             await asyncio.gather(self._drain(), self.dispatcher.drain(self.grace_period))
             if self.engine.sticky is not None:
                 self.engine.sticky.serving = False

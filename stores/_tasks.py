@@ -5,7 +5,7 @@ can be lost below our code (``asyncio.wait_for`` and ``asyncio.timeout``
 inside redis-py and fakeredis): the call returns normally, the task goes on,
 and a loop that only stops on cancellation runs on, so ``task.cancel();
 await task`` waits for its next turn, maybe forever (a worker's heartbeat
-did, until it got a stop flag: tests/test_worker_registry.py). `cancel_and_wait`
+did: tests/test_worker_registry.py). `cancel_and_wait`
 cancels again whenever the task is still running `again_after` seconds after
 the last request. A task that ends at once (the norm) is waited for as with
 ``await``, with no delay.

@@ -471,15 +471,26 @@ async def test_a_write_in_a_script_breaks_a_watch_as_fakeredis_does(
 ) -> None:
     client = fakeredis.FakeAsyncRedis(server=server, decode_responses=True)
     await client.hset("h", "a", "1")
-    async with client.pipeline() as pipe:
-        await pipe.watch("h")
-        await client.eval("return redis.call('HSET', KEYS[1], 'a', '2')", 1, "h")
-        pipe.multi()  # type: ignore[no-untyped-call]
-        pipe.hset("h", "a", "3")
-        with pytest.raises(redis.exceptions.WatchError):
-            await pipe.execute()
+    await _exec_fails_after(
+        client, "h", "return redis.call('HSET', KEYS[1], 'a', '2')", ("HSET", "h", "a", "3")
+    )
     assert await client.hget("h", "a") == "2"
     await client.aclose()
+
+
+async def _exec_fails_after(
+    client: fakeredis.FakeAsyncRedis, key: str, script: str, queued: tuple[str, ...]
+) -> None:
+    """WATCH `key`, run `script` on it (an error reply is let go), queue `queued`
+    in a MULTI: its EXEC fails with a WatchError."""
+    async with client.pipeline() as pipe:
+        await pipe.watch(key)
+        with contextlib.suppress(redis.exceptions.ResponseError):
+            await client.eval(script, 1, key)
+        pipe.multi()  # type: ignore[no-untyped-call]
+        pipe.execute_command(*queued)
+        with pytest.raises(redis.exceptions.WatchError):
+            await pipe.execute()
 
 
 # -- a script's notifications come at its end ------------------------------------
@@ -517,14 +528,7 @@ async def test_each_write_of_a_script_breaks_a_watch_even_when_it_fails(
         # the script writes the watched key, then fails: the write stays, and counts
         "fails": "redis.call('XADD', KEYS[1], '*', 'f', 'v') return redis.call('INCR', KEYS[1])",
     }[write]
-    async with client.pipeline() as pipe:
-        await pipe.watch("k")
-        with contextlib.suppress(redis.exceptions.ResponseError):
-            await client.eval(script, 1, "k")
-        pipe.multi()  # type: ignore[no-untyped-call]
-        pipe.set("other", "1")
-        with pytest.raises(redis.exceptions.WatchError):
-            await pipe.execute()
+    await _exec_fails_after(client, "k", script, ("SET", "other", "1"))
     assert await client.exists("k") and not await client.exists("other")
     await client.aclose()
 
