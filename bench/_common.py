@@ -14,6 +14,7 @@ import json
 import os
 import statistics
 import sys
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from datetime import UTC, datetime
@@ -29,6 +30,8 @@ __all__ = [
     "bench_store",
     "counting",
     "emit",
+    "machine",
+    "machine_line",
     "new_prefix",
     "parser",
     "pct",
@@ -90,6 +93,44 @@ async def delete_prefix(store: RedisStore, prefix: str) -> int:
     for i in range(0, len(keys), 500):
         await store.client.delete(*keys[i : i + 500])
     return len(keys)
+
+
+# -- the machine the figures come from ------------------------------------------------
+
+
+def _cpu_check_ms() -> float:
+    """Milliseconds of a fixed pure-Python loop (best of three): the CPU speed this
+    process gets right now. On a quiet machine it is steady; another busy process
+    (a test suite, a profiler) or a throttled VM makes it grow."""
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        x = 0
+        for i in range(500_000):
+            x += i & 7
+        best = min(best, time.perf_counter() - t0)
+    return best * 1e3
+
+
+def machine() -> dict[str, Any]:
+    """The CPUs, the load averages and the CPU check (`_cpu_check_ms`) as the
+    benchmark starts: per-call figures on a shared machine are only comparable
+    with figures taken in the same state, and these say which state it was."""
+    load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
+    return {
+        "cpus": os.cpu_count(),
+        "load_1m": round(load[0], 2),
+        "load_5m": round(load[1], 2),
+        "cpu_check_ms": round(_cpu_check_ms(), 1),
+    }
+
+
+def machine_line(m: dict[str, Any]) -> str:
+    """`machine`'s figures as one line."""
+    return (
+        f"machine: {m['cpus']} CPUs, load {m['load_1m']:.2f} (1 min) {m['load_5m']:.2f} (5 min), "
+        f"CPU check {m['cpu_check_ms']:.1f} ms (a fixed Python loop: higher is slower or busier)"
+    )
 
 
 # -- statistics -------------------------------------------------------------------
@@ -302,7 +343,6 @@ def private_redis(cpu: int | None = None) -> Iterator[str]:
     import shutil
     import socket
     import subprocess
-    import time
 
     exe = shutil.which("redis-server")
     if exe is None:

@@ -45,7 +45,17 @@ from redis.asyncio.connection import AbstractConnection
 
 import sdk
 from bench import flows
-from bench._common import bench_store, emit, new_prefix, parser, profiled, summary, table
+from bench._common import (
+    bench_store,
+    emit,
+    machine,
+    machine_line,
+    new_prefix,
+    parser,
+    profiled,
+    summary,
+    table,
+)
 from sdk import Client, Worker
 from sdk._journal import Kind, Record, State
 from stores._redispy import Lane, _packed
@@ -176,6 +186,7 @@ async def measure(
     cpu_only: bool = False,
     **store_kwargs: Any,
 ) -> dict[str, Any]:
+    host = machine()  # before any work of ours
     async with overhead_runs(url, optional_checkpoints, **store_kwargs) as (store, run):
         if cpu_only:
             _answer_records_at_once(store)
@@ -204,6 +215,7 @@ async def measure(
             "steps": steps,
             "rounds": rounds,
             "cpu_only": True,
+            "machine": host,
             "optional_checkpoints": optional_checkpoints,
             "engine": ENGINE,
             "step_us": summary(step_t, 1e6),
@@ -220,6 +232,7 @@ async def measure(
         "rounds": rounds,
         "optional_checkpoints": optional_checkpoints,
         "engine": ENGINE,
+        "machine": host,
         "parser": _parser_name(store_kwargs),
         "step_us": summary(step_t, 1e6),
         "plain_us": summary(plain_t, 1e6),
@@ -275,7 +288,8 @@ def report(r: dict[str, Any]) -> str:
             f"step overhead without I/O (--cpu-only): {r['steps']} sequential steps x "
             f"{r['rounds']} runs, the record calls answered at once\n"
             f"{table(rows, ['µs', 'median', 'p90', 'p99'])}\n"
-            f"per run: {' '.join(f'{x:.1f}' for x in r['per_run_us'])} µs"
+            f"per run: {' '.join(f'{x:.1f}' for x in r['per_run_us'])} µs\n"
+            f"{machine_line(r['machine'])}"
         )
     rows = [
         ("per-step overhead (step - undecorated)", *_q(r["overhead_us"])),
@@ -296,7 +310,8 @@ def report(r: dict[str, Any]) -> str:
         f"{out}\n"
         f"whole run (claim .. finish) / steps, best run: {r['run_wall_per_step_us']:.1f} µs\n"
         f"per-step overhead / PING, each run against its own floors: "
-        f"{' '.join(f'{x:.2f}' for x in q['per_run'])} (median {q['median']:.2f})"
+        f"{' '.join(f'{x:.2f}' for x in q['per_run'])} (median {q['median']:.2f})\n"
+        f"{machine_line(r['machine'])}"
     )
 
 

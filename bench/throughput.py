@@ -16,7 +16,16 @@ import time
 from typing import Any
 
 from bench import flows
-from bench._common import bench_store, emit, new_prefix, parser, profiled, table
+from bench._common import (
+    bench_store,
+    emit,
+    machine,
+    machine_line,
+    new_prefix,
+    parser,
+    profiled,
+    table,
+)
 from sdk import Client, RunStatus, Worker
 
 __all__ = ["main", "measure"]
@@ -32,6 +41,7 @@ async def measure(
     **store_kwargs: Any,
 ) -> dict[str, Any]:
     conc = concurrency or runs
+    host = machine()  # before any work of ours
     rates: list[float] = []
     failed = 0
     async with bench_store(url, new_prefix("throughput"), **store_kwargs) as store:
@@ -57,6 +67,7 @@ async def measure(
         "steps_per_s_best": max(rates),
         "steps_per_s_all": rates,
         "runs_not_completed": failed,
+        "machine": host,
         "pool_max_connections": store_kwargs.get("max_connections", "store default"),
     }
 
@@ -71,6 +82,7 @@ def report(r: dict[str, Any]) -> str:
         f"Worker(concurrency={r['concurrency']}), {r['rounds']} rounds, "
         f"pool max_connections={r['pool_max_connections']}\n"
         + table(rows, ["aggregate", "steps/s"])
+        + f"\n{machine_line(r['machine'])}"
     )
     if r["runs_not_completed"]:
         text += (
