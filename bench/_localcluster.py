@@ -6,6 +6,10 @@ and by the tests (``tests/_cluster.py`` wraps it in a fixture).
 node reports ``cluster_state:ok`` and agrees on the slot map; ``stop()`` kills
 the processes. ``kill(port)`` kills one node (a failover test), ``url``
 (``redis+cluster://`` with every node) names it for `stores.open_store`.
+
+With ``tls=(cert, key)`` the nodes speak only TLS, to clients and to each other
+(``tls-cluster``), with that certificate as their own and as the CA; ``url``
+is then ``rediss+cluster://``, and clients need ``ssl_ca_certs=cert``.
 """
 
 from __future__ import annotations
@@ -80,7 +84,14 @@ def _any_port() -> int:
 class LocalCluster:
     """`masters` masters with `replicas` replicas each, on 127.0.0.1."""
 
-    def __init__(self, workdir: Path, *, masters: int = 3, replicas: int = 0) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        masters: int = 3,
+        replicas: int = 0,
+        tls: tuple[Path, Path] | None = None,
+    ) -> None:
         tools = cluster_tools()
         if tools is None:
             raise RuntimeError("redis-server and redis-cli must be on PATH")
@@ -90,16 +101,21 @@ class LocalCluster:
         self.replicas = replicas
         self.ports = free_ports(masters * (1 + replicas), bus=True)
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        self.tls = tls
 
     @property
     def url(self) -> str:
-        """``redis+cluster://`` naming every node."""
-        return "redis+cluster://" + ",".join(f"127.0.0.1:{p}" for p in self.ports)
+        """``redis+cluster://`` (``rediss+cluster://`` with TLS) naming every node."""
+        scheme = "rediss+cluster" if self.tls else "redis+cluster"
+        return f"{scheme}://" + ",".join(f"127.0.0.1:{p}" for p in self.ports)
+
+    def _cli_tls(self) -> list[str]:
+        return [] if self.tls is None else ["--tls", "--cacert", str(self.tls[0])]
 
     def cli(self, port: int, *args: str, timeout: float = 30) -> str:
         """``redis-cli -p port args...``: its output (raises on failure)."""
         done = subprocess.run(
-            [self._cli, "-h", "127.0.0.1", "-p", str(port), *args],
+            [self._cli, "-h", "127.0.0.1", "-p", str(port), *self._cli_tls(), *args],
             capture_output=True, text=True, timeout=timeout, check=True,
         )  # fmt: skip
         return done.stdout
@@ -114,6 +130,14 @@ class LocalCluster:
             "--cluster-node-timeout", "1000", "--save", "", "--appendonly", "no",
             "--logfile", str(folder / "redis.log"),
         ]  # fmt: skip
+        if self.tls is not None:
+            cert, key = self.tls
+            args[1:3] = ["--port", "0", "--tls-port", str(port)]
+            args += [
+                "--tls-cluster", "yes", "--tls-replication", "yes",
+                "--tls-cert-file", str(cert), "--tls-key-file", str(key),
+                "--tls-ca-cert-file", str(cert), "--tls-auth-clients", "no",
+            ]  # fmt: skip
         self.procs[port] = subprocess.Popen(
             args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
@@ -145,8 +169,8 @@ class LocalCluster:
                     self.ports[index] = free_ports(1, bus=True, avoid=self.ports)[0]
         nodes = [f"127.0.0.1:{p}" for p in self.ports]
         subprocess.run(
-            [self._cli, "--cluster", "create", *nodes, "--cluster-replicas", str(self.replicas),
-             "--cluster-yes"],
+            [self._cli, *self._cli_tls(), "--cluster", "create", *nodes,
+             "--cluster-replicas", str(self.replicas), "--cluster-yes"],
             capture_output=True, text=True, timeout=60, check=True,
         )  # fmt: skip
         self.wait_ok()

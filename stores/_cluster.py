@@ -16,6 +16,9 @@ from typing import Any
 from urllib.parse import SplitResult, unquote, urlsplit
 
 from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisClusterException
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from stores._migrating import follow_asks
 from stores._redispy import READ_ERRORS
@@ -46,6 +49,24 @@ class EagerCluster(RedisCluster):
     concurrent ``BLPOP``) most fail: each picks its node before the slot map
     is known. `initialize` is redis-py's public call for that, a no-op once done.
     """
+
+    async def initialize(self, *args: Any, **kwargs: Any) -> RedisCluster:
+        """redis-py's, except that a cluster none of whose nodes could be reached
+        raises what reaching the last one raised, as a single node's store does:
+        redis-py's `ConnectionError` (`AuthenticationError` for a refused
+        password) or `TimeoutError`, with redis-py's message. redis-py raises
+        ``RedisClusterException``, which no caller takes for the store being
+        unavailable (the CLI printed a traceback instead of exiting with 6).
+        Any other refusal (not a cluster, slots not covered) is raised as it is."""
+        try:
+            return await super().initialize(*args, **kwargs)
+        except RedisClusterException as exc:
+            cause = exc.__cause__ or exc.__context__
+            if isinstance(cause, (RedisConnectionError, RedisTimeoutError)):
+                raise type(cause)(str(exc)) from exc
+            if isinstance(cause, OSError):
+                raise RedisConnectionError(str(exc)) from exc
+            raise
 
     async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
         await self.initialize()

@@ -18,21 +18,26 @@ from redis.asyncio.cluster import RedisCluster
 from bench._localcluster import LocalCluster, cluster_tools
 from stores._redispy import READ_ERRORS
 from stores.redis import RedisStore
+from tests._tls import self_signed
 from tests.conftest import IN_CI, NO_REDIS_SERVER
 
 __all__ = ["LocalCluster", "cluster_client", "cluster_store", "cluster_tools", "running_cluster"]
 
 
 @contextlib.contextmanager
-def running_cluster(masters: int = 3, replicas: int = 0) -> Iterator[LocalCluster]:
-    """A started `LocalCluster` in a temporary directory, stopped (by pid) after."""
+def running_cluster(
+    masters: int = 3, replicas: int = 0, *, tls: bool = False
+) -> Iterator[LocalCluster]:
+    """A started `LocalCluster` in a temporary directory, stopped (by pid) after;
+    with `tls`, TLS only, its certificate at ``cluster.tls[0]``."""
     if cluster_tools() is None:
         why = NO_REDIS_SERVER + " (or redis-cli): a local Redis Cluster needs both"
         if IN_CI:
             pytest.fail(why + " (CI=true: required)")
         pytest.skip(why)
     with tempfile.TemporaryDirectory(prefix="sf-cluster-") as workdir:
-        cluster = LocalCluster(Path(workdir), masters=masters, replicas=replicas)
+        certs = self_signed(Path(workdir)) if tls else None
+        cluster = LocalCluster(Path(workdir), masters=masters, replicas=replicas, tls=certs)
         try:
             cluster.start()
             yield cluster

@@ -24,6 +24,7 @@ from stores._cluster import nodes
 from stores._keys import SLOTS, Keys, partition_tags, slot
 from stores.redis import RedisStore
 from tests._cluster import LocalCluster, running_cluster
+from tests.conftest import free_port
 from tests.crashflows import ROOT, Workers, one_step, read_marks
 
 pytestmark = pytest.mark.xdist_group("cluster")
@@ -120,8 +121,9 @@ async def test_an_acl_user_from_the_url_is_who_the_store_connects_as(
             await store.close()
         wrong = open_store(url.replace("s3cret", "wrong"), prefix=key_prefix)
         try:
+            # as a single node's store: an AuthenticationError (a ConnectionError)
             with pytest.raises(
-                redis.exceptions.RedisClusterException, match="invalid username-password"
+                redis.exceptions.AuthenticationError, match="invalid username-password"
             ):
                 await Client(wrong).get("acl-1")
         finally:
@@ -129,6 +131,27 @@ async def test_an_acl_user_from_the_url_is_who_the_store_connects_as(
     finally:
         for port in cluster.ports:
             cluster.cli(port, "ACL", "DELUSER", user)
+
+
+async def test_a_cluster_no_node_of_which_answers_is_a_connection_error() -> None:
+    # not redis-py's RedisClusterException: every caller (the worker's retries, the
+    # CLI's exit code 6) takes a ConnectionError for the store being unavailable
+    store = open_store(f"redis+cluster://127.0.0.1:{free_port()}", partitions=2)
+    try:
+        with pytest.raises(redis.exceptions.ConnectionError, match="cannot be connected"):
+            await Client(store).list_runs()
+    finally:
+        await store.close()
+
+
+def test_the_cli_exits_6_naming_the_cluster_when_no_node_answers() -> None:
+    url = f"redis+cluster://127.0.0.1:{free_port()}"
+    done = subprocess.run(
+        [sys.executable, "-m", "sdk.cli", "runs", "list", "--store", url],
+        capture_output=True, text=True, timeout=60, cwd=ROOT,
+    )  # fmt: skip
+    assert done.returncode == 6, done.stderr
+    assert url in done.stderr and "Traceback" not in done.stderr
 
 
 # -- partition tags -----------------------------------------------------------------

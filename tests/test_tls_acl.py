@@ -15,6 +15,7 @@ import redis.exceptions
 from sdk import flow, step
 from stores import open_store
 from testing import FlowTestEnv
+from tests._tls import self_signed
 from tests.conftest import IN_CI, PrivateRedis, _redis_answers, free_port
 
 
@@ -33,21 +34,16 @@ class TlsRedis(PrivateRedis):
 
     def __init__(self, workdir: Path) -> None:
         super().__init__(workdir)
-        self.cert = workdir / "cert.pem"
+        self.cert = workdir / "cert.pem"  # made by start()
         self.key = workdir / "key.pem"
 
     def start(self) -> None:
-        exe, openssl = shutil.which("redis-server"), shutil.which("openssl")
-        if exe is None or openssl is None:
+        exe = shutil.which("redis-server")
+        if exe is None:
             if IN_CI:
-                pytest.fail("redis-server and openssl are required (CI=true)")
-            pytest.skip("redis-server or openssl is not on PATH")
-        subprocess.run(
-            [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-             "-keyout", str(self.key), "-out", str(self.cert), "-subj", "/CN=127.0.0.1",
-             "-addext", "subjectAltName=IP:127.0.0.1"],
-            check=True, capture_output=True,
-        )  # fmt: skip
+                pytest.fail("redis-server is required (CI=true)")
+            pytest.skip("redis-server is not on PATH")
+        self.cert, self.key = self_signed(self.workdir)
         self.port = free_port()
         self.proc = subprocess.Popen(
             [exe, "--port", "0", "--tls-port", str(self.port), "--bind", "127.0.0.1",
