@@ -37,7 +37,7 @@ from sdk._types import ErrorInfo, Reason
 from sdk._values import Serializer
 from sdk.errors import InvalidArgument
 from stores._tasks import cancel_and_wait
-from stores.protocol import CorruptData, Damaged
+from stores.protocol import CorruptData, Damaged, PartitionsMismatch
 
 if TYPE_CHECKING:
     from stores.protocol import Claim, Store
@@ -455,8 +455,8 @@ class Worker(Heartbeat):
                     self._slot_freed.clear()
                     _, next_due = await self._poll()
                     backoff = 0.1
-                except asyncio.CancelledError:
-                    raise
+                except (asyncio.CancelledError, PartitionsMismatch):
+                    raise  # (another partition count than the deployment's: no retry mends it)
                 except Exception as exc:
                     if _quarantine.unavailable(self.store, exc):
                         log.exception("store unavailable; retrying in %.1fs", backoff)

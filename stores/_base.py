@@ -9,8 +9,9 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
+from stores import _decode
 from stores._keys import Keys
-from stores._records import CorruptData
+from stores._records import CorruptData, PartitionsMismatch
 from stores._redispy import ScriptRunner
 from stores._wakeups import ShardedWaits
 
@@ -38,9 +39,30 @@ class RedisBase:
     cluster: bool
     #: Cluster wake-up waits, made by the first wait (see `_blpop_any`).
     _waits: ShardedWaits | None = None
+    #: The deployment's partition count was found to be this store's (`_layout`).
+    _layout_ok: bool = False
 
     async def _call(self, name: str, keys: Sequence[str | bytes], args: Sequence[Any]) -> Any:
+        if not self._layout_ok:
+            await self._layout()
         return await self._runner.run(self._scripts[name], keys, args)
+
+    async def _layout(self) -> None:
+        """Before this store's first script call (and until one succeeds): check that
+        the deployment under its prefix uses its partition count, recording it if
+        no process has yet. One round trip per store; calls made together before
+        it is known each ask (the answer is the same). Raises `PartitionsMismatch`
+        (nothing is written) when the counts differ."""
+        keys = self.keys
+        reply = _decode.corrupt(
+            "", await self._runner.run(
+                self._scripts["layout"], [keys.layout()], ["", str(keys.partitions)]
+            )
+        )  # fmt: skip
+        recorded = reply.decode() if isinstance(reply, bytes) else str(reply)
+        if recorded != str(keys.partitions):
+            raise PartitionsMismatch(keys.prefix, recorded, keys.partitions)
+        self._layout_ok = True
 
     def _partitions(self) -> range:
         return range(self.keys.partitions)

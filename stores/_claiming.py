@@ -130,6 +130,8 @@ class Claiming(Children):
         which saves the cluster client's per-command work."""
         if len(calls) == 1:  # (one partition: no task for gather to make)
             return [await self._call(name, *calls[0])]
+        if not self._layout_ok:
+            await self._layout()  # once, not once per partition
         if self.cluster:
             await self.client.initialize()
             return await self._pipelined(name, calls)

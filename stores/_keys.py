@@ -242,6 +242,13 @@ class Keys:
     def worker(self) -> str:
         return self.base(0) + SUFFIX["worker"]
 
+    def layout(self) -> str:
+        """The partition count the deployment was first used with (`RedisBase`
+        checks it). Tag ``p0`` whatever the count: every process finds it, one
+        that was given another count too; with one partition it is that
+        partition's tag."""
+        return f"{self.prefix}:{{p0}}:layout"
+
     def pattern(self) -> str:
         """A SCAN pattern matching every key of this deployment."""
         return f"{self.prefix}:{{p*}}:*"

@@ -29,6 +29,7 @@ __all__ = [
     "NewIntent",
     "NewRun",
     "Parked",
+    "PartitionsMismatch",
     "Refusal",
     "Refused",
     "Renewal",
@@ -54,6 +55,23 @@ MAX_PRIORITY = 4095
 
 
 # -- what a store is asked to write ------------------------------------------------
+
+
+class PartitionsMismatch(ValueError):
+    """The store was opened with another partition count than the deployment under
+    its prefix was first used with. Runs live in the partition their id hashes to
+    among N, so a process with another N would look for them, and put new ones,
+    where the rest of the deployment does not: nothing is written or read."""
+
+    def __init__(self, prefix: str, recorded: str, given: int) -> None:
+        self.prefix = prefix
+        self.recorded = recorded
+        self.given = given
+        super().__init__(
+            f"the deployment under key prefix {prefix!r} uses {recorded} partition(s); this "
+            f"store was opened with partitions={given}: open it with partitions={recorded} "
+            f"(--partitions {recorded}) in every process"
+        )
 
 
 @attrs.frozen

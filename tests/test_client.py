@@ -94,9 +94,12 @@ async def opaque_result():  # type: ignore[no-untyped-def]
 
 
 async def store_keys(env: FlowTestEnv) -> list[str]:
+    """The keys under the env's prefix, but the layout (the partition count a
+    store's first script call records for the deployment)."""
     store = env.store
     assert isinstance(store, RedisStore)
-    return [k async for k in store.client.scan_iter(match=f"{store.keys.prefix}:*")]
+    layout = store.keys.layout()
+    return [k async for k in store.client.scan_iter(match=f"{store.keys.prefix}:*") if k != layout]
 
 
 # -- idempotent start ---------------------------------------------------------------

@@ -323,5 +323,5 @@ async def test_the_readme_demo_runs_end_to_end_on_the_embedded_server_with_no_re
     assert f"demo: store embedded://{data_dir / 'steadyflow'}" in demo.stdout
     assert "Hello, Steadyflow user! (from Steadyflow)" in demo.stdout
     assert "using the embedded server" in demo.stderr
-    assert "deleted the 11 keys" in demo.stdout
+    assert "deleted the 12 keys" in demo.stdout  # with the layout (the partition count)
     await stopped(data_dir / "steadyflow")

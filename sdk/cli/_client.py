@@ -43,7 +43,7 @@ from sdk.errors import (
     SerializationError,
     SteadyflowError,
 )
-from stores.protocol import Store
+from stores.protocol import PartitionsMismatch, Store
 
 __all__ = ["ACTOR_VARIABLE", "AUTHORIZER_VARIABLE", "fail", "privileged", "run_client"]
 
@@ -64,6 +64,7 @@ _EXITS: tuple[tuple[type[BaseException], ExitCode], ...] = (
     (QueueFull, ExitCode.REFUSED),
     (InvalidArgument, ExitCode.USAGE),
     (SerializationError, ExitCode.USAGE),
+    (PartitionsMismatch, ExitCode.USAGE),  # --partitions is not the deployment's
     (CorruptRecord, ExitCode.FAILED),
     (SteadyflowError, ExitCode.FAILED),
     (RedisConnectionError, ExitCode.UNAVAILABLE),

@@ -21,6 +21,7 @@ from sdk._intercept import Interceptor
 from sdk._worker import Worker
 from sdk.cli._options import CONTEXT_SETTINGS, EXIT_CODES, StoreOptions, store_options
 from sdk.errors import InvalidArgument
+from stores.protocol import PartitionsMismatch
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
@@ -171,6 +172,8 @@ async def serve(
         loop.add_signal_handler(sig, _stop, worker, sig)
     try:
         await worker.run()
+    except PartitionsMismatch as exc:  # a wrong --partitions: a usage error, not a crash
+        raise click.UsageError(str(exc)) from None
     finally:
         await store.close()
 

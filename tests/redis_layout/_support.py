@@ -163,9 +163,11 @@ async def key_content(store: RedisStore, key: str) -> Any:
 
 
 async def snapshot(store: RedisStore) -> dict[str, Any]:
-    """Type and content of every key of this store (the feed excepted)."""
+    """Type and content of every key of this store, but the feed and the layout
+    (the partition count the store's first script call records, once)."""
+    skip = {store.keys.feed(0), store.keys.layout()}
     return {
         key: await key_content(store, key)
         async for key in store.client.scan_iter(match=store.keys.pattern())
-        if key != store.keys.feed(0)
+        if key not in skip
     }
