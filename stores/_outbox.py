@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from typing import TypeVar
 
 from redis.exceptions import ResponseError
 
@@ -13,9 +14,20 @@ from stores.protocol import CorruptData, Delivery, IntentClaim, StoredIntent
 
 __all__ = ["Outbox"]
 
+T = TypeVar("T")
+
+
+def _turned(items: list[T], turn: int) -> list[T]:
+    """`items` rotated to start at ``turn % len(items)``."""
+    k = turn % len(items)
+    return items[k:] + items[:k]
+
 
 class Outbox(RedisBase):
     """Claim, settle and renew intent deliveries; read a run's intents."""
+
+    #: Calls of `claim_intents` so far (where the next one starts).
+    _intent_turn = 0
 
     async def claim_intents(
         self, channels: Sequence[str], limit: int, now: float, lease_ttl: float
@@ -24,12 +36,20 @@ class Outbox(RedisBase):
         due: list[float] = []
         if not channels:
             return claims, None
-        for p in self._partitions():
+        # Fair under a backlog: a call takes what is due partition after partition,
+        # channel after channel, up to `limit`; each call starts one partition and
+        # one channel further on, so one with more due intents than a call takes
+        # does not keep the others waiting for as long as it stays backlogged.
+        turn = self._intent_turn
+        self._intent_turn = turn + 1
+        parts = _turned(list(self._partitions()), turn)
+        chans = _turned(list(channels), turn)
+        for p in parts:
             taken, soonest = await self._call(
                 "claim_intents",
                 [self._anchor(p)],
                 [self.keys.base(p), _codec.num(now), _codec.num(now + lease_ttl),
-                 str(max(limit - len(claims), 0)), *channels],
+                 str(max(limit - len(claims), 0)), *chans],
             )  # fmt: skip
             claims += [
                 IntentClaim(str(iid), run_id, body, int(n), int(f))
