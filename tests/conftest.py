@@ -88,6 +88,17 @@ async def redis_store(url: str, prefix: str) -> AsyncIterator[RedisStore]:
         await store.close()
 
 
+@contextlib.asynccontextmanager
+async def memory_store(partitions: int) -> AsyncIterator[RedisStore]:
+    """A memory:// store with `partitions` partitions on one in-process server."""
+    store = open_store("memory://", partitions=partitions)
+    assert isinstance(store, RedisStore)
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
 @pytest_asyncio.fixture(name="real_store")
 async def real_store_fixture(redis_url: str, key_prefix: str) -> AsyncIterator[RedisStore]:
     async with redis_store(redis_url, key_prefix) as store:

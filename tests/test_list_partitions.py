@@ -9,19 +9,16 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from stores import open_store
 from stores.protocol import RunStatus
 from stores.redis import RedisStore
 from testing.conformance._support import OWNER, T0, TTL, new_run
+from tests.conftest import memory_store
 
 
 @pytest_asyncio.fixture(name="store")
 async def store_fixture() -> AsyncIterator[RedisStore]:
-    store = open_store("memory://", partitions=4)
-    try:
+    async with memory_store(4) as store:
         yield store
-    finally:
-        await store.close()
 
 
 async def _spread(store: RedisStore, per_partition: int) -> dict[str, float]:

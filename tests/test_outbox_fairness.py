@@ -13,21 +13,18 @@ from collections.abc import AsyncIterator
 
 import pytest_asyncio
 
-from stores import open_store
 from stores.redis import RedisStore
 from testing.conformance._outbox import intent, recorded
 from testing.conformance._support import T0
+from tests.conftest import memory_store
 
 LEASE = 30.0
 
 
 @pytest_asyncio.fixture(name="store")
 async def store_fixture() -> AsyncIterator[RedisStore]:
-    store = open_store("memory://", partitions=4)
-    try:
+    async with memory_store(4) as store:
         yield store
-    finally:
-        await store.close()
 
 
 async def claimed_one_at_a_time(store: RedisStore, channels: list[str], calls: int) -> list[str]:
