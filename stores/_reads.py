@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from typing import Any
 
@@ -12,6 +11,7 @@ from redis.exceptions import ResponseError
 from stores import _codec, _decode
 from stores._base import RedisBase, block_seconds
 from stores._keys import SUFFIX
+from stores._listing import Partition, merged
 from stores._wakeups import ShardedFeed
 from stores.protocol import (
     CorruptData,
@@ -58,56 +58,25 @@ class Reads(RedisBase):
         *,
         parent_run_id: str | None = None,
     ) -> list[StoredRun]:
-        # Each partition's newest `limit` matching runs, all partitions at once
-        # (one round trip of latency per page, not one per partition), merged.
-        pages = await asyncio.gather(
-            *(self._list_part(p, status, flow, limit, parent_run_id) for p in self._partitions())
-        )
-        found = [run for page in pages for run in page]
-        found.sort(key=lambda r: r.created_at, reverse=True)
-        return found[:limit]
+        k = self.keys
 
-    async def _list_part(
-        self,
-        p: int,
-        status: RunStatus | None,
-        flow: str | None,
-        limit: int,
-        parent_run_id: str | None,
-    ) -> list[StoredRun]:
-        """Partition `p`'s newest `limit` runs that match (see `list_runs`)."""
-        if parent_run_id is not None:
-            index = self.keys.children(p, parent_run_id)
-        elif status:
-            index = self.keys.status_index(p, status.value)
-        else:
-            index = self.keys.all_runs(p)
-        found: list[StoredRun] = []
-        start, page = 0, min(100, max(limit, 10))
-        while len(found) < limit:
-            ids: Any = await self.client.zrevrange(index, start, start + page - 1)
-            if not ids:
-                break
-            start += len(ids)
-            async with self.client.pipeline(transaction=False) as pipe:
-                for run_id in ids:
-                    pipe.hgetall(self.keys.run(run_id))
-                # one damaged record must not fail the page: its error comes
-                # back in its place, and the run is listed as damaged
-                hashes = await pipe.execute(raise_on_error=False)
-            for run_id, h in zip(ids, hashes, strict=True):
-                key = self.keys.run(run_id)
-                if isinstance(h, ResponseError):
-                    run = await self._mistyped_run(run_id, key, h)
-                elif h:
-                    run = _decode.stored_run(run_id, h, key)
-                else:
-                    continue  # a stale index entry: the run is gone
-                if (flow is None or run.flow == flow) and (
-                    parent_run_id is None or status is None or run.status is status
-                ):
-                    found.append(run)
-        return found
+        def index(p: int) -> str:
+            if parent_run_id is not None:
+                return k.children(p, parent_run_id)
+            return k.status_index(p, status.value) if status else k.all_runs(p)
+
+        def wanted(run: StoredRun) -> bool:
+            return (flow is None or run.flow == flow) and (
+                parent_run_id is None or status is None or run.status is status
+            )
+
+        # pages of about twice a partition's share of `limit` (stores._listing)
+        page = min(100, max(10, 2 * -(-limit // k.partitions)))
+        parts = [
+            Partition(self.client, k, index(p), page, wanted, self._mistyped_run)
+            for p in self._partitions()
+        ]
+        return await merged(parts, limit)
 
     async def read_lineage(self, run_id: str) -> Lineage | None:
         k = self.keys

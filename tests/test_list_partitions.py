@@ -95,3 +95,32 @@ async def test_a_limit_smaller_than_one_partition_still_gives_the_newest(
     newest = sorted(created, key=created.__getitem__, reverse=True)
 
     assert [r.run_id for r in await store.list_runs(None, None, limit)] == newest[:limit]
+
+
+async def test_a_listing_reads_about_its_limit_not_its_limit_per_partition() -> None:
+    async with memory_store(16) as store:
+        created: dict[str, float] = {}
+        for i in range(30):
+            for p in range(16):
+                run_id = store.keys.in_partition(f"r{i}-{p}", p)
+                created[run_id] = T0 + 16 * i + p
+                await store.create_run(new_run(run_id, created_at=created[run_id]))
+        read = 0
+        zrevrange = store.client.zrevrange
+
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            nonlocal read
+            ids = await zrevrange(*args, **kwargs)
+            read += len(ids)
+            return ids
+
+        store.client.zrevrange = counted  # type: ignore[method-assign]
+        try:
+            listed = await store.list_runs(None, None, 50)
+        finally:
+            del store.client.zrevrange
+
+        assert [r.run_id for r in listed] == sorted(created, key=created.__getitem__)[::-1][:50]
+        # a first page of each partition, and more only where the newest are:
+        # not 50 from each of the 16 (800 of the 480)
+        assert read <= 16 * 10 + 50
