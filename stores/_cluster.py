@@ -119,6 +119,12 @@ def cluster_clients(url: str, **kwargs: Any) -> tuple[EagerCluster, EagerCluster
     ``RedisCluster`` (``ssl_ca_certs=...``, ``retry=...``).
     """
     found, user, password = nodes(url)
+    # redis-py closes every connection of the client at every 5th MOVED answer
+    # (its default reinitialize_steps): commands in flight on them then fail
+    # (seen as AttributeError: 'NoneType' object has no attribute 'writelines'
+    # while a slot moved). With 0 it patches the moved slot only; a lost node
+    # or connection still re-reads the whole slot map.
+    kwargs.setdefault("reinitialize_steps", 0)
     kwargs.setdefault("health_check_interval", 30)
     kwargs.setdefault("socket_connect_timeout", 5.0)
     kwargs.setdefault("encoding_errors", READ_ERRORS)

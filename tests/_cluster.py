@@ -50,6 +50,7 @@ async def cluster_client(cluster: LocalCluster) -> RedisCluster:
     client = RedisCluster(
         host="127.0.0.1", port=cluster.ports[0], decode_responses=True,
         encoding_errors=READ_ERRORS,
+        reinitialize_steps=0,  # as the store's own clients (stores._cluster.cluster_clients)
     )  # fmt: skip
     await client.initialize()
     return client

@@ -20,7 +20,7 @@ import redis
 
 from sdk import Client, RunStatus
 from stores import open_store
-from stores._cluster import nodes
+from stores._cluster import cluster_clients, nodes
 from stores._keys import SLOTS, Keys, partition_tags, slot
 from stores.redis import RedisStore
 from tests._cluster import LocalCluster, running_cluster
@@ -131,6 +131,14 @@ async def test_an_acl_user_from_the_url_is_who_the_store_connects_as(
     finally:
         for port in cluster.ports:
             cluster.cli(port, "ACL", "DELUSER", user)
+
+
+def test_the_store_s_cluster_clients_never_close_all_connections_on_a_moved() -> None:
+    # redis-py's default (every 5th MOVED) closed the connections of commands in flight
+    commands, blocking = cluster_clients("redis+cluster://127.0.0.1:7000")
+    assert commands.reinitialize_steps == blocking.reinitialize_steps == 0
+    told, _ = cluster_clients("redis+cluster://127.0.0.1:7000", reinitialize_steps=7)
+    assert told.reinitialize_steps == 7
 
 
 async def test_a_cluster_no_node_of_which_answers_is_a_connection_error() -> None:
