@@ -25,8 +25,10 @@ master). redis-py's asyncio cluster client (up to 8.1 at least) sends the two
 on two different pooled connections when the node has several idle ones (it
 takes the oldest idle one each time): the command arrives without ``ASKING``
 and is answered ``MOVED`` back to the old master, which answers ``ASK``
-again, until the client gives up ("TTL exhausted"); every 5th ``MOVED`` it
-also closes all its connections, failing every command in flight.
+again, until the client gives up ("TTL exhausted"); with redis-py's default
+``reinitialize_steps`` it also closes all its connections every 5th ``MOVED``,
+failing every command in flight (the store's clients set it to 0:
+`stores._cluster.cluster_clients`).
 `follow_asks` makes a client's nodes hand out the connection used last, so
 the command goes on the connection that just sent ``ASKING`` (`run` applies
 it to the client of the scripts it runs).
@@ -195,10 +197,10 @@ async def run(client: Any, script: Any, keys: Sequence[Any], args: Sequence[Any]
     or ``TRYAGAIN`` answer is not followed but retried here: with the probe
     key, the new master would answer ``TRYAGAIN`` anyway, and redis-py sends
     its retry after a ``TRYAGAIN`` to the new master without ``ASKING``
-    (``MOVED`` back, the slot map flipped, every 5th time all connections
-    closed). ``MOVED``, ``NOSCRIPT`` and connection errors go through
-    redis-py's own path (it refreshes the slot map, loads the script,
-    reconnects).
+    (``MOVED`` back, the slot map flipped, and with redis-py's default
+    ``reinitialize_steps`` every 5th time all connections closed). ``MOVED``,
+    ``NOSCRIPT`` and connection errors go through redis-py's own path (it
+    refreshes the slot map, loads the script, reconnects).
     """
     # the slot map first: the call below goes to a node directly, not through the
     # client's command path, which would read it (a no-op once known)
