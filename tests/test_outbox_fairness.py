@@ -14,11 +14,9 @@ from collections.abc import AsyncIterator
 import pytest_asyncio
 
 from stores.redis import RedisStore
-from testing.conformance._outbox import intent, recorded
+from testing.conformance._outbox import LEASE, intent, recorded
 from testing.conformance._support import T0
 from tests.conftest import memory_store
-
-LEASE = 30.0
 
 
 @pytest_asyncio.fixture(name="store")

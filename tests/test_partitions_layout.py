@@ -133,36 +133,25 @@ async def test_a_worker_with_another_count_stops_on_it(opener: Opener) -> None:
         await asyncio.wait_for(worker.run(), timeout=20)
 
 
-def test_the_cli_and_the_worker_command_exit_2_with_the_message(
-    key_prefix: str,
+async def test_the_cli_and_the_worker_command_exit_2_with_the_message(
+    real_store: RedisStore, redis_url: str
 ) -> None:
-    url = need_real_redis()
-    store = open_store(url, prefix=key_prefix, partitions=4)
-
-    async def first_use() -> None:
-        try:
-            await Client(store).start(noop, run_id="r1")
-        finally:
-            await store.close()
-
-    asyncio.run(first_use())
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    common = ["--store", url, "--prefix", key_prefix, "--partitions", "2"]
+    # (real_store: its teardown deletes every key under the prefix)
+    prefix = real_store.keys.prefix
+    store = open_store(redis_url, prefix=prefix, partitions=4)
     try:
-        for argv in (
-            ["-m", "sdk.cli", "signal", "r1", "go", *common],
-            ["-m", "sdk.worker", *common, "examples.hello"],
-        ):
-            done = subprocess.run(
-                [sys.executable, *argv], capture_output=True, text=True, timeout=60, env=env,
-                cwd=ROOT,
-            )  # fmt: skip
-            assert done.returncode == 2, (argv, done.stderr)
-            assert "uses 4 partition(s)" in done.stderr and "--partitions 4" in done.stderr
+        await Client(store).start(noop, run_id="r1")
     finally:
-        subprocess.run(
-            ["redis-cli", "-u", url, "--no-auth-warning", "eval",
-             "for _, k in ipairs(redis.call('KEYS', ARGV[1])) do redis.call('DEL', k) end",
-             "0", f"{key_prefix}:*"],
-            capture_output=True, timeout=30,
+        await store.close()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    common = ["--store", redis_url, "--prefix", prefix, "--partitions", "2"]
+    for argv in (
+        ["-m", "sdk.cli", "signal", "r1", "go", *common],
+        ["-m", "sdk.worker", *common, "examples.hello"],
+    ):
+        done = await asyncio.to_thread(
+            subprocess.run, [sys.executable, *argv], capture_output=True, text=True,
+            timeout=60, env=env, cwd=ROOT,
         )  # fmt: skip
+        assert done.returncode == 2, (argv, done.stderr)
+        assert "uses 4 partition(s)" in done.stderr and "--partitions 4" in done.stderr
