@@ -13,7 +13,7 @@ import socket
 from typing import TYPE_CHECKING
 
 from sdk._types import served_name
-from stores.protocol import WorkerBeat
+from stores.protocol import PartitionsMismatch, WorkerBeat
 
 if TYPE_CHECKING:
     from sdk._activation import Activation
@@ -37,6 +37,9 @@ class Heartbeat:
     concurrency: int
     lease_ttl: float
     _started_at: float
+    _stop: asyncio.Event
+    #: What stopped the worker from its heartbeat (`Worker.run` raises it).
+    _fatal: PartitionsMismatch | None = None
     _inflight: dict[str, tuple[asyncio.Task[None], Activation]]
     _lost: set[str]
 
@@ -58,6 +61,10 @@ class Heartbeat:
         """Tell the store this worker is alive and what it serves (clients look)."""
         try:
             await self.store.beat(self._beat())
+        except PartitionsMismatch as exc:  # found again at a beat: no retry mends it
+            log.error("worker %s stops: %s", self.owner, exc)
+            self._fatal = exc
+            self._stop.set()
         except Exception:
             log.exception("worker heartbeat failed; will try again")
 

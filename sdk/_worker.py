@@ -440,6 +440,7 @@ class Worker(Heartbeat):
     async def run(self) -> None:
         """Serve until `stop()`: claim, execute, heartbeat, fire timers, recover."""
         self._stop.clear()
+        self._fatal = None
         self._started_at = self.clock.time()
         if self.engine.sticky is not None:
             self.engine.sticky.serving = True  # kept runs' wake-ups wait for it (sticky_delay)
@@ -496,6 +497,8 @@ class Worker(Heartbeat):
             with contextlib.suppress(Exception):  # else its registration just expires
                 await self.store.forget_worker(self.owner)
             log.info("worker %s stopped", self.owner)
+        if self._fatal is not None:
+            raise self._fatal  # (the heartbeat found another partition count)
 
     async def _wait_ready(self, timeout: float) -> None:
         owner = self.owner if self.engine.sticky is not None else None

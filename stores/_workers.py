@@ -5,6 +5,15 @@ set scored by when that record expires (from the injected clock, never a key
 TTL), both in partition 0. Each beat also drops the registrations that
 expired (atomically, in its script, so a worker renewing meanwhile keeps its
 record); reading only reads, so a read-only user can list workers.
+
+Each beat also checks the deployment's partition count again (`_layout`; one
+round trip a beat, off the hot path). A store checks it once, before its first
+script call, so without this a Redis that lost its data (restarted without
+persistence) would leave the count unrecorded for the next process to record,
+whatever its own: a process given another count would then split the runs
+unnoticed. With it, the live workers record the count again within a beat,
+and one that finds another count raises `PartitionsMismatch` (the worker stops
+on it, as on a first check).
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ class Workers(RedisBase):
     """`beat`, `forget_worker`, `workers`."""
 
     async def beat(self, beat: WorkerBeat) -> None:
+        await self._layout()  # every beat (see the module's docstring)
         record = json.dumps(attrs.asdict(beat), separators=(",", ":"), ensure_ascii=False)
         await self._call(
             "beat",

@@ -15,14 +15,16 @@ import asyncio
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
+import httpx
 import pytest
 import pytest_asyncio
 
 from sdk import Client, Worker, flow
 from sdk.errors import CorruptRecord
+from sdk.http import create_app
 from stores import open_store
 from stores.protocol import CorruptData, PartitionsMismatch
 from stores.redis import RedisStore
@@ -155,3 +157,73 @@ async def test_the_cli_and_the_worker_command_exit_2_with_the_message(
         )  # fmt: skip
         assert done.returncode == 2, (argv, done.stderr)
         assert "uses 4 partition(s)" in done.stderr and "--partitions 4" in done.stderr
+
+
+async def test_the_http_api_answers_a_500_naming_the_error_and_writes_nothing(
+    opener: Opener, caplog: pytest.LogCaptureFixture
+) -> None:
+    first = opener(4)
+    await Client(first).start(noop, run_id="r1")
+    before = await keys_of(first)
+    app = create_app(Client(opener(1)), authenticate=lambda request: "ops")
+    transport = httpx.ASGITransport(app=app)
+
+    async with httpx.AsyncClient(transport=transport, base_url="http://sf") as http:
+        answer = await http.post("/v1/runs", json={"flow": "tests.layout.noop", "run_id": "r2"})
+
+    assert answer.status_code == 500, answer.text
+    body = answer.json()
+    assert body["code"] == "internal_error" and "PartitionsMismatch" in body["detail"]
+    assert "uses 4 partition(s)" in caplog.text  # the operator's log has the message
+    assert await keys_of(first) == before
+
+
+async def until(predicate: Callable[[], Awaitable[object]], what: str) -> None:
+    for _ in range(400):
+        if await predicate():
+            return
+        await asyncio.sleep(0.025)
+    raise AssertionError(f"not within 10 s: {what}")
+
+
+async def test_a_worker_records_the_count_again_at_its_next_beat_after_data_loss(
+    opener: Opener,
+) -> None:
+    store = opener(4)
+    worker = Worker(store, [noop], lease_ttl=0.3)  # a beat every 0.1 s
+    serving = asyncio.create_task(worker.run())
+    try:
+        await until(lambda: store.client.exists(store.keys.layout()), "the first record")
+        await store.client.delete(store.keys.layout())  # as a Redis restarted empty
+
+        async def recorded() -> bool:
+            return await store.client.hget(store.keys.layout(), "partitions") == "4"
+
+        await until(recorded, "the count recorded again")
+        assert not serving.done()
+    finally:
+        await worker.stop()
+        await asyncio.wait_for(serving, timeout=20)
+
+
+async def test_a_worker_stops_when_a_beat_finds_another_count_recorded_meanwhile(
+    opener: Opener, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = opener(4)
+    worker = Worker(store, [noop], lease_ttl=0.3)
+    serving = asyncio.create_task(worker.run())
+    try:
+        await until(lambda: store.client.exists(store.keys.layout()), "the first record")
+        # the data lost, and a process with another count first to come back
+        await store.client.delete(store.keys.layout())
+        await Client(opener(2)).start(noop, run_id="r1")
+
+        with pytest.raises(PartitionsMismatch) as stopped:
+            await asyncio.wait_for(serving, timeout=20)
+    finally:
+        if not serving.done():
+            await worker.stop()
+            await asyncio.wait_for(serving, timeout=20)
+
+    assert (stopped.value.recorded, stopped.value.given) == ("2", 4)
+    assert f"worker {worker.owner} stops" in caplog.text and "uses 2 partition(s)" in caplog.text
