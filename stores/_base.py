@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -16,6 +18,11 @@ from stores._redispy import ScriptRunner
 from stores._wakeups import ShardedWaits
 
 __all__ = ["RedisBase"]
+
+
+def _from(reply: Any, key: str) -> bool:
+    """Whether a BLPOP's `reply` is a token taken from `key`."""
+    return reply is not None and reply[0] in (key, key.encode())
 
 
 def block_seconds(timeout: float) -> float:
@@ -41,6 +48,9 @@ class RedisBase:
     _waits: ShardedWaits | None = None
     #: The deployment's partition count was found to be this store's (`_layout`).
     _layout_ok: bool = False
+    #: This store's blocking waits (`_blpop_until`): an id, and how many it made.
+    _bell_id: str = ""
+    _bells: int = 0
 
     async def _call(self, name: str, keys: Sequence[str | bytes], args: Sequence[Any]) -> Any:
         if not self._layout_ok:
@@ -89,8 +99,41 @@ class RedisBase:
         # would leave a cancelled BLPOP blocking its connection server-side: the
         # next command on that connection waits behind it, and the losers may
         # pop tokens nobody reads.)
-        keys = [key for keys in per_partition for key in keys]
-        return await self.blocking_client.blpop(keys, timeout=block_seconds(timeout)) is not None
+        return await self._blpop_until([key for keys in per_partition for key in keys], timeout)
+
+    async def _blpop_until(self, keys: list[str], timeout: float) -> bool:
+        """BLPOP on `keys`, ended by this process at `timeout` rather than by Redis.
+
+        Redis ends a blocking command's timeout at its next cron tick: with the
+        default ``hz 10``, up to 100 ms late, so every timer a worker waits for
+        (a sleep, a retry's backoff, a timeout, an outbox retry) would fire that
+        late. The BLPOP also watches a list of its own (`Keys.bell`), and at
+        `timeout` this process pushes a token onto it, which ends the BLPOP at
+        once: one more round trip per wait that times out, none otherwise.
+        Redis's own timeout stays as a backstop, a second later. A token that
+        came on another list meanwhile wins, and the bell's is deleted."""
+        self._bells += 1
+        bell = self.keys.bell(f"{self._bell_id}.{self._bells}")
+        pop = asyncio.ensure_future(
+            self.blocking_client.blpop([*keys, bell], timeout=block_seconds(timeout + 1.0))
+        )
+        rang = False
+        reply = None
+        try:
+            done, _ = await asyncio.wait({pop}, timeout=max(timeout, 0.0))
+            if not done:
+                rang = True
+                await self.client.lpush(bell, "1")
+            reply = await pop
+        finally:
+            if not pop.done():
+                pop.cancel()  # (redis-py closes a connection whose reply is not read)
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await pop
+            if rang and not _from(reply, bell):
+                with contextlib.suppress(Exception):  # (a process killed here leaves it)
+                    await self.client.delete(bell)
+        return reply is not None and not _from(reply, bell)
 
     async def _close_waits(self) -> None:
         """Close the cluster wake-up subscription, if one was made."""

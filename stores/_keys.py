@@ -58,6 +58,7 @@ SUFFIX = {
     "queue": "q:",  # ZSET  ready runs, score = priority * 2^40 + seq (+ queue)
     "wake": "wake:",  # LIST  wake-up tokens (+ queue, or "*" for any queue)
     "swake": "swake:",  # LIST  wake-up tokens of the runs one worker keeps in memory (+ owner)
+    "bell": "bell:",  # LIST  the token that ends one blocking wait at its due time (+ wait id)
     "status": "idx:",  # ZSET  runs by created_at, per status (+ status)
     "queues": "queues",  # SET   queue names seen
     "seq": "seq",  # STRING FIFO counter
@@ -103,7 +104,7 @@ RUN_SUFFIXES = (
 
 #: The suffixes of the keys a partition's runs share (indexes, queues, feed, outbox).
 SHARED_SUFFIXES = (
-    "feed", "queue", "wake", "swake", "status", "queues", "seq", "timers", "leases", "runs",
+    "feed", "queue", "wake", "swake", "bell", "status", "queues", "seq", "timers", "leases", "runs",
     "expiry", "deadlines", "cancels", "repair", "intent", "outbox", "outbox_wake", "intent_seq",
     "schedule", "schedules", "sched_due",
     "workers", "worker", "evindex", "evshapes", "children", "qslots", "qkeyed", "qrate",
@@ -211,6 +212,11 @@ class Keys:
 
     def swake(self, partition: int, owner: str) -> str:
         return self.base(partition) + SUFFIX["swake"] + owner
+
+    def bell(self, wait: str) -> str:
+        """The list one blocking wait also watches, so that the store ends it at its
+        due time (`RedisBase._blpop_any`). Partition 0: it lives for a moment."""
+        return self.base(0) + SUFFIX["bell"] + wait
 
     def status_index(self, partition: int, status: str) -> str:
         return self.base(partition) + SUFFIX["status"] + status

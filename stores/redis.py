@@ -10,6 +10,7 @@ stays inside `stores`.
 from __future__ import annotations
 
 import json
+import secrets
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 from urllib.parse import urlsplit
@@ -93,6 +94,7 @@ class RedisStore(Claiming, Reads, Control, Outbox, Workers, Events, Schedules, C
         self.client = client
         self.blocking_client = blocking_client or client
         self.keys = Keys(prefix, partitions)
+        self._bell_id = secrets.token_hex(6)  # names its waits' bells (RedisBase._blpop_until)
         if max_events_per_run < 100:
             raise ValueError(f"max_events_per_run must be at least 100, got {max_events_per_run}")
         self.max_events_per_run = max_events_per_run

@@ -34,6 +34,7 @@ TESTS = [
     "tests/redis_layout/test_encodings.py",
     "tests/test_cluster_wakeups.py",  # the sharded Pub/Sub adapter (stores._sharded)
     "tests/test_cluster_store.py",  # redis+cluster:// clients (stores._cluster)
+    "tests/test_wait_bell.py",  # a blocking wait ended by the store (stores._base)
 ]
 
 
