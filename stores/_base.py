@@ -74,6 +74,26 @@ class RedisBase:
             raise PartitionsMismatch(keys.prefix, recorded, keys.partitions)
         self._layout_ok = True
 
+    async def _read_layout(self) -> None:
+        """Before this store's first read: the partition count recorded under its
+        prefix, if one is, must be this store's. Reads make no script call (a
+        read-only user may run none), and one with another count would look in
+        the wrong partitions: "no such run", an empty list. One ``HMGET`` (the
+        read-only ACL user has it), once; until a count is recorded (by a first
+        script call, never by a read) each read asks. Raises `PartitionsMismatch`,
+        or `CorruptData` naming the key if it is not a hash."""
+        key = self.keys.layout()
+        try:
+            found: Any = await self.client.hmget(key, ["partitions"])
+        except ResponseError as error:
+            raise await self._unreadable("", key, error, "hash") from None
+        recorded = found[0]
+        if recorded is None:
+            return
+        if recorded != str(self.keys.partitions):
+            raise PartitionsMismatch(self.keys.prefix, str(recorded), self.keys.partitions)
+        self._layout_ok = True
+
     def _partitions(self) -> range:
         return range(self.keys.partitions)
 

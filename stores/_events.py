@@ -19,6 +19,8 @@ class Events(RedisBase):
     """`event_shapes`, `event_listeners`, `deliver_event`."""
 
     async def event_shapes(self, event: str) -> set[str]:
+        if not self._layout_ok:
+            await self._read_layout()
         k = self.keys
         # One read per partition, concurrently: a cluster serves each on its own node.
         found = await asyncio.gather(
@@ -27,6 +29,8 @@ class Events(RedisBase):
         return {str(shape) for shapes in found for shape in shapes}
 
     async def event_listeners(self, tokens: Sequence[str]) -> list[tuple[str, str]]:
+        if not self._layout_ok:
+            await self._read_layout()
         if not tokens:
             return []
         k = self.keys

@@ -93,6 +93,8 @@ class Outbox(RedisBase):
         return lost
 
     async def intents(self, run_id: str) -> list[StoredIntent] | None:
+        if not self._layout_ok:
+            await self._read_layout()
         k = self.keys
         async with self.client.pipeline(transaction=False) as pipe:
             pipe.exists(k.run(run_id))

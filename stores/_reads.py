@@ -36,6 +36,8 @@ class Reads(RedisBase):
         return await self._read_run(run_id, self.keys.gone(run_id))
 
     async def _read_run(self, run_id: str, key: str) -> StoredRun | None:
+        if not self._layout_ok:
+            await self._read_layout()
         try:
             h: Any = await self.client.hgetall(key)
         except ResponseError as e:
@@ -58,6 +60,8 @@ class Reads(RedisBase):
         *,
         parent_run_id: str | None = None,
     ) -> list[StoredRun]:
+        if not self._layout_ok:
+            await self._read_layout()
         k = self.keys
 
         def index(p: int) -> str:
@@ -79,6 +83,8 @@ class Reads(RedisBase):
         return await merged(parts, limit)
 
     async def read_lineage(self, run_id: str) -> Lineage | None:
+        if not self._layout_ok:
+            await self._read_layout()
         k = self.keys
         base = k.base_of(run_id)
         names = [k.run(run_id), k.journal(run_id), base + SUFFIX["jseq"] + run_id,
@@ -110,6 +116,8 @@ class Reads(RedisBase):
         )  # fmt: skip
 
     async def events(self, run_id: str, cursor: str | None, limit: int) -> list[StoredEvent]:
+        if not self._layout_ok:
+            await self._read_layout()
         start = "-" if cursor is None else f"({cursor}"
         key = self.keys.events(run_id)
         try:
@@ -119,6 +127,8 @@ class Reads(RedisBase):
         return [_codec.stored_event(str(eid), run_id, fields, key) for eid, fields in entries]
 
     async def approvers(self, run_id: str) -> dict[Mailbox, tuple[str, ...]]:
+        if not self._layout_ok:
+            await self._read_layout()
         key = self.keys.base_of(run_id) + SUFFIX["approvers"] + run_id
         try:
             found: Any = await self.client.hgetall(key)  # decode_responses: str -> str
@@ -132,6 +142,8 @@ class Reads(RedisBase):
         return out
 
     async def checkpoints(self, run_id: str) -> list[StoredCheckpoint]:
+        if not self._layout_ok:
+            await self._read_layout()
         # Run-level checkpoints are stream entries; a step_completed checkpoint
         # lives in its step's js: entry ("seq:id:at", see the Lua `journaled`).
         k = self.keys
@@ -149,6 +161,8 @@ class Reads(RedisBase):
     async def correlation(self, run_ids: Sequence[str]) -> dict[str, tuple[str, str | None]]:
         """Trace and tenant ids of runs (for feed followers); unknown runs are left
         out, and so are runs whose record cannot be read (their events still come)."""
+        if not self._layout_ok:
+            await self._read_layout()
         async with self.client.pipeline(transaction=False) as pipe:
             for run_id in run_ids:
                 pipe.hmget(self.keys.run(run_id), ["trace_id", "tenant_id"])
@@ -165,6 +179,8 @@ class Reads(RedisBase):
     async def follow(
         self, subscription: Any, timeout: float, count: int
     ) -> tuple[list[StoredEvent], Any]:
+        if not self._layout_ok:
+            await self._read_layout()
         channels = [self.keys.feed(p) for p in self._partitions()]
         if subscription is None and self.cluster:
             # Sharded channels (the scripts SPUBLISH there), one connection per master.
@@ -210,6 +226,8 @@ class Reads(RedisBase):
         )
 
     async def wait_finished(self, run_id: str, timeout: float) -> bool:
+        if not self._layout_ok:
+            await self._read_layout()
         # Rotating the one-element list onto itself reads it without taking it,
         # so every waiter wakes. Returns at once if the run already finished.
         key = self.keys.done(run_id)

@@ -70,6 +70,8 @@ class Schedules(Children):
         return bool(_decode.corrupt("", reply) == 1)
 
     async def schedules(self, schedule_ids: Sequence[str] | None = None) -> list[StoredSchedule]:
+        if not self._layout_ok:
+            await self._read_layout()
         ids: list[str]
         if schedule_ids is None:
             ids = [

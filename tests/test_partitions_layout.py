@@ -149,6 +149,7 @@ async def test_the_cli_and_the_worker_command_exit_2_with_the_message(
     common = ["--store", redis_url, "--prefix", prefix, "--partitions", "2"]
     for argv in (
         ["-m", "sdk.cli", "signal", "r1", "go", *common],
+        ["-m", "sdk.cli", "runs", "list", *common],  # a read: checked with HMGET
         ["-m", "sdk.worker", *common, "examples.hello"],
     ):
         done = await asyncio.to_thread(
@@ -227,3 +228,54 @@ async def test_a_worker_stops_when_a_beat_finds_another_count_recorded_meanwhile
 
     assert (stopped.value.recorded, stopped.value.given) == ("2", 4)
     assert f"worker {worker.owner} stops" in caplog.text and "uses 2 partition(s)" in caplog.text
+
+
+async def test_a_reader_with_another_count_is_refused_before_it_reads(opener: Opener) -> None:
+    first = opener(4)
+    await Client(first).start(noop, run_id="r1")
+    before = await keys_of(first)
+    reader = Client(opener(1))
+
+    # Without the check these would answer "no such run" and an empty list.
+    for read in (lambda: reader.get("r1"), lambda: reader.list_runs(), lambda: reader.events("r1")):
+        with pytest.raises(PartitionsMismatch) as refused:
+            await read()
+        assert (refused.value.recorded, refused.value.given) == ("4", 1)
+    assert await keys_of(first) == before
+
+
+async def test_reads_before_any_count_is_recorded_record_nothing_and_ask_again(
+    opener: Opener,
+) -> None:
+    store = opener(4)
+    client = Client(store)
+
+    assert await client.list_runs() == []
+    assert not await store.client.exists(store.keys.layout())  # a read records nothing
+    await Client(opener(2)).start(noop, run_id="r1")  # another count comes first
+
+    with pytest.raises(PartitionsMismatch):  # and the same reader finds it at its next read
+        await client.list_runs()
+
+
+async def test_a_damaged_layout_is_reported_to_a_reader_naming_its_key(opener: Opener) -> None:
+    store = opener(1)
+    await store.client.set(store.keys.layout(), "4")  # not a hash
+
+    with pytest.raises(CorruptData) as damaged:
+        await store.get_run("r1")
+
+    assert damaged.value.key == store.keys.layout()
+    assert "holds a string, not a hash" in str(damaged.value)
+
+
+async def test_the_http_readiness_probe_fails_on_another_count(opener: Opener) -> None:
+    await Client(opener(4)).start(noop, run_id="r1")
+    app = create_app(Client(opener(1)), authenticate=lambda request: "ops")
+    transport = httpx.ASGITransport(app=app)
+
+    async with httpx.AsyncClient(transport=transport, base_url="http://sf") as http:
+        answer = await http.get("/readyz")
+
+    assert answer.status_code == 500, answer.text
+    assert "PartitionsMismatch" in answer.json()["detail"]

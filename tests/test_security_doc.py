@@ -15,6 +15,7 @@ import redis.exceptions
 
 from sdk import Client, Intent, RunStatus, Worker, channel, emit, flow, sleep, step, wait_for
 from stores import open_store
+from stores.protocol import PartitionsMismatch
 from stores.redis import RedisStore
 from testing import FakeClock, FlowTestEnv
 from tests.conftest import PrivateRedis
@@ -156,3 +157,21 @@ async def test_the_app_user_runs_every_operation_and_the_read_user_reads(
     finally:
         await read.close()
         await app.close()
+
+
+async def test_the_read_user_is_refused_with_another_partition_count(acl_server: str) -> None:
+    # Reads make no script call, and this user may run none: its store checks
+    # the recorded count with HMGET, which the documented rule grants.
+    app = open_store(url("sf-app", acl_server), partitions=4)
+    right = open_store(url("sf-read", acl_server), partitions=4)
+    wrong = open_store(url("sf-read", acl_server), partitions=1)
+    try:
+        async with FlowTestEnv(FakeClock(), store=app) as env:
+            await env.start(relay, run_id="sd-3")
+            assert (await Client(right).get("sd-3")).status is RunStatus.PENDING
+            with pytest.raises(PartitionsMismatch) as refused:
+                await Client(wrong).get("sd-3")
+            assert (refused.value.recorded, refused.value.given) == ("4", 1)
+    finally:
+        for store in (wrong, right, app):
+            await store.close()
