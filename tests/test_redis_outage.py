@@ -20,7 +20,7 @@ import pytest
 import pytest_asyncio
 import redis.exceptions
 
-from sdk import Client, RunStatus, Worker, flow, step, wait_for
+from sdk import Client, RunStatus, Worker, flow, sleep, step, wait_for
 from stores.redis import RedisStore
 from tests.conftest import PrivateRedis
 from tests.crashflows import until
@@ -45,6 +45,12 @@ async def double_it(x: int) -> int:
 async def wait_then_double(x: int) -> int:
     extra = await wait_for("go")
     return await double(x + int(extra))
+
+
+@flow(name="tests.redis_outage.nap_then_double")
+async def nap_then_double(x: int) -> int:
+    await sleep(1.0)
+    return await double(x)
 
 
 class Service:
@@ -110,6 +116,33 @@ async def test_worker_survives_a_redis_restart_and_serves_runs_started_after_it(
     after = await service.client.start(double_it, 21)
     assert await after.result(timeout=FINISH) == 42
     assert service.task is not None and not service.task.done()
+
+    # Redis came back empty: the worker's next beat records the partition count
+    # again, so a process with another count is refused as before the restart.
+    store = service.worker_store
+
+    async def recorded() -> bool:
+        return await store.client.hget(store.keys.layout(), "partitions") == "1"
+
+    await until(recorded, FINISH, "the worker to record the partition count again")
+
+
+async def test_a_timer_due_during_an_outage_fires_once_redis_is_back(
+    private_redis: PrivateRedis, service: Service, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The worker waits for the timer (a BLPOP it ends itself at the deadline,
+    # stores._base) when Redis goes; the deadline passes during the outage.
+    caplog.set_level(logging.INFO, logger="steadyflow.worker")
+    handle = await service.client.start(nap_then_double, 20, run_id="naps-across-restart")
+
+    async def parked() -> bool:
+        return (await handle.status()) is RunStatus.WAITING_FOR_SIGNAL
+
+    await until(parked, FINISH, "the run to park on its timer")
+
+    await restart(private_redis, caplog, keep_data=True)
+
+    assert await handle.result(timeout=FINISH) == 40
 
 
 async def test_waiting_run_continues_after_a_restart_that_kept_the_data(
