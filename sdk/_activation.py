@@ -44,12 +44,14 @@ from typing import TYPE_CHECKING, Any
 from sdk import _children, _ending, _steprun, _waits
 from sdk._aio import FlowLoop, FlowTask, interested
 from sdk._calls import FlowCalls, evicted
+from sdk._cancelling import Cancelling
 from sdk._children import ChildOp
 from sdk._context import RunContext, _run_var
 from sdk._cursor import ReplayCursor
 from sdk._engine import Engine
 from sdk._intercept import Abandon, ActivationInfo, ActivationOutcome, ActivationReason
 from sdk._journal import Journal, Kind, Record, State
+from sdk._observing import Observing
 from sdk._ops import (
     EventWaitOp,
     Op,
@@ -74,7 +76,7 @@ __all__ = ["Activation"]
 log = logging.getLogger("steadyflow.worker")
 
 
-class Activation(FlowCalls):
+class Activation(Cancelling, Observing, FlowCalls):
     """Executes one claimed run until it parks, ends, or stops."""
 
     def __init__(
@@ -294,76 +296,6 @@ class Activation(FlowCalls):
             self.ended = ActivationOutcome.PARKED if self.parking else ActivationOutcome.FAILED
             return
 
-    # -- cancel --------------------------------------------------------------------
-
-    @property
-    def cancel_pending(self) -> bool:
-        """A cancel request waits to be given to the flow."""
-        return self.cancel_reason is not None and not self.cancel_given
-
-    def request_cancel(self, reason: str) -> None:
-        """The heartbeat found a cancel request for this run: cut off the step
-        executions in flight, and give the flow the cancel once nothing is written."""
-        if self.cancel_given or self.abandoned:
-            return
-        self.cancel_reason = reason
-        self.cut_work()
-        self.kick()
-
-    def cut_work(self) -> None:
-        """Cancel the step executions in flight that are not in a write (a write in
-        flight completes; the cancel waits for it): they record nothing."""
-        writing = self.writes.writing
-        for task in self.running:
-            if task not in writing and task not in self.cut:
-                self.cut.add(task)
-                task.cancel()
-        # the one piece of work that runs inline runs in `execute`'s task
-        inline = self._task
-        if self.writes.inline and inline is not None and inline not in writing | self.cut:
-            self.cut.add(inline)
-            inline.cancel()
-
-    def _cancel_ready(self) -> bool:
-        return not (self.running or self.writes.batches or self.resolving is not None)
-
-    async def _cancel_live(self) -> None:
-        """Journal the cancel for the next round, then give it to the flow."""
-        reason = self.cancel_reason
-        assert reason is not None
-        try:
-            self.cursor.round = await self.writes.cancel_given(reason)
-        except Stop:
-            return  # the activation stopped (lost lease, store error): `abandoned`
-        self._give_cancel()
-        self.loop.run_ready()
-
-    def _give_cancel(self) -> None:
-        """`asyncio.CancelledError` to the flow, where it waits. The step, value and
-        child-start calls not delivered are withdrawn (their executions were cut off, or never
-        started), live and in a replay alike; what the main task awaits is
-        cancelled with it."""
-        self.cancel_given = True
-        cursor = self.cursor
-        self.last_round = max(self.last_round, cursor.round)
-        withdrawn = [
-            op
-            for op in cursor.ops.values()
-            if isinstance(op, (StepOp, ValueOp, ChildOp)) and not op.done
-        ]
-        for op in withdrawn:
-            op.done = True
-            cursor.delivered(op)
-            self.waiting.pop(op.pos, None)
-        if withdrawn:
-            cursor.new = [op for op in cursor.new if not op.done]
-        main = self.main
-        if main is not None and not main.done():
-            main.cancel()
-        for op in withdrawn:  # awaited by another task of the flow, or by none
-            if op.fut is not None and not op.fut.done():
-                op.fut.cancel()
-
     def _start_new(self) -> None:
         """Start the calls made so far that the journal has no outcome for."""
         now = self.clock.time()
@@ -544,58 +476,6 @@ class Activation(FlowCalls):
         if rec.pos != pos or rec.kind is not kind or rec.state is not State.OK:
             return None
         return rec
-
-    def step_started(self, op: StepOp, attempt: int) -> None:
-        self._hooks("step_started", op, attempt)
-
-    def step_finished(self, op: StepOp, attempt: int) -> None:
-        self._hooks("step_finished", op, attempt)
-
-    def _call_hooks(self, op: Op, finished: bool = False) -> None:
-        self.call_hooks(op.key, op.kind.value, finished)
-
-    def call_hooks(self, key: str, kind: str, finished: bool) -> None:
-        """The interceptors' `call_started` / `call_finished` (they may crash here:
-        `Abandon` stops the activation at once, then propagates)."""
-        try:
-            for hook in self.engine.interceptors:
-                if finished:
-                    hook.call_finished(self.run_id, key, kind)
-                else:
-                    hook.call_started(self.run_id, key, kind)
-        except Abandon:
-            self.abandon()
-            raise
-
-    def call_finished(self, op: Op) -> None:
-        """A wait or sleep's outcome is recorded, a child run is created (interceptors
-        may crash here)."""
-        if self.engine.interceptors:
-            if isinstance(op, SleepOp):
-                self.timer_fired(op.key, "sleep", op.due)
-            elif isinstance(op, WaitOp) and op.record and op.record.state is State.TIMEOUT:
-                self.timer_fired(op.key, "wait", op.deadline)
-            self._call_hooks(op, finished=True)
-
-    def step_failed(self, op: StepOp, attempt: int, error: BaseException, retrying: bool) -> None:
-        """A failed attempt is recorded (interceptors observe it)."""
-        for hook in self.engine.interceptors:
-            hook.step_failed(self.run_id, op.key, attempt, error, retrying)
-
-    def timer_fired(self, key: str, kind: str, due: float | None) -> None:
-        """A sleep, a wait's deadline or a retry backoff due at `due` completes now."""
-        if due is not None and self.engine.interceptors:
-            now = self.clock.time()
-            for hook in self.engine.interceptors:
-                hook.timer_fired(self.run_id, key, kind, due, now)
-
-    def _hooks(self, name: str, op: StepOp, attempt: int) -> None:
-        try:
-            for hook in self.engine.interceptors:
-                getattr(hook, name)(self.run_id, op.key, attempt)
-        except Abandon:
-            self.abandon()  # at once: no sibling goes on (as if the process died here)
-            raise
 
     # -- the end ---------------------------------------------------------------------
 
