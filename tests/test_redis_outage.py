@@ -20,7 +20,7 @@ import pytest
 import pytest_asyncio
 import redis.exceptions
 
-from sdk import Client, RunStatus, Worker, flow, sleep, step, wait_for
+from sdk import Client, RunHandle, RunStatus, Worker, flow, sleep, step, wait_for
 from stores.redis import RedisStore
 from tests.conftest import PrivateRedis
 from tests.crashflows import until
@@ -104,6 +104,23 @@ async def restart(
     private_redis.start()
 
 
+async def parked_across_a_restart(
+    service: Service,
+    private_redis: PrivateRedis,
+    caplog: pytest.LogCaptureFixture,
+    handle: RunHandle,
+) -> RunHandle:
+    """`handle`'s run, once it has parked, through a restart that kept the data."""
+    caplog.set_level(logging.INFO, logger="steadyflow.worker")
+
+    async def parked() -> bool:
+        return (await handle.status()) is RunStatus.WAITING_FOR_SIGNAL
+
+    await until(parked, FINISH, "the run to park")
+    await restart(private_redis, caplog, keep_data=True)
+    return handle
+
+
 async def test_worker_survives_a_redis_restart_and_serves_runs_started_after_it(
     private_redis: PrivateRedis, service: Service, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -132,15 +149,9 @@ async def test_a_timer_due_during_an_outage_fires_once_redis_is_back(
 ) -> None:
     # The worker waits for the timer (a BLPOP it ends itself at the deadline,
     # stores._base) when Redis goes; the deadline passes during the outage.
-    caplog.set_level(logging.INFO, logger="steadyflow.worker")
-    handle = await service.client.start(nap_then_double, 20, run_id="naps-across-restart")
-
-    async def parked() -> bool:
-        return (await handle.status()) is RunStatus.WAITING_FOR_SIGNAL
-
-    await until(parked, FINISH, "the run to park on its timer")
-
-    await restart(private_redis, caplog, keep_data=True)
+    handle = await parked_across_a_restart(
+        service, private_redis, caplog, await service.client.start(nap_then_double, 20)
+    )
 
     assert await handle.result(timeout=FINISH) == 40
 
@@ -148,15 +159,9 @@ async def test_a_timer_due_during_an_outage_fires_once_redis_is_back(
 async def test_waiting_run_continues_after_a_restart_that_kept_the_data(
     private_redis: PrivateRedis, service: Service, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="steadyflow.worker")
-    handle = await service.client.start(wait_then_double, 20, run_id="waits-across-restart")
-
-    async def parked() -> bool:
-        return (await handle.status()) is RunStatus.WAITING_FOR_SIGNAL
-
-    await until(parked, FINISH, "the run to wait for its signal")
-
-    await restart(private_redis, caplog, keep_data=True)
+    handle = await parked_across_a_restart(
+        service, private_redis, caplog, await service.client.start(wait_then_double, 20)
+    )
 
     assert await handle.status() is RunStatus.WAITING_FOR_SIGNAL
     await service.client.signal(handle.run_id, "go", 1)
