@@ -20,11 +20,6 @@ from stores._wakeups import ShardedWaits
 __all__ = ["RedisBase"]
 
 
-def _from(reply: Any, key: str) -> bool:
-    """Whether a BLPOP's `reply` is a token taken from `key`."""
-    return reply is not None and reply[0] in (key, key.encode())
-
-
 def block_seconds(timeout: float) -> float:
     """`timeout` as a blocking command's timeout (BLPOP, BRPOPLPUSH): at least 1 ms,
     whole milliseconds plus half of one. Redis counts it in whole milliseconds,
@@ -69,10 +64,7 @@ class RedisBase:
                 self._scripts["layout"], [keys.layout()], ["", str(keys.partitions)]
             )
         )  # fmt: skip
-        recorded = reply.decode() if isinstance(reply, bytes) else str(reply)
-        if recorded != str(keys.partitions):
-            raise PartitionsMismatch(keys.prefix, recorded, keys.partitions)
-        self._layout_ok = True
+        self._found(reply.decode() if isinstance(reply, bytes) else str(reply))
 
     async def _read_layout(self) -> None:
         """Before this store's first read: the partition count recorded under its
@@ -87,11 +79,13 @@ class RedisBase:
             found: Any = await self.client.hmget(key, ["partitions"])
         except ResponseError as error:
             raise await self._unreadable("", key, error, "hash") from None
-        recorded = found[0]
-        if recorded is None:
-            return
+        if found[0] is not None:
+            self._found(str(found[0]))
+
+    def _found(self, recorded: str) -> None:
+        """The recorded partition count is `recorded`: this store's, or `PartitionsMismatch`."""
         if recorded != str(self.keys.partitions):
-            raise PartitionsMismatch(self.keys.prefix, str(recorded), self.keys.partitions)
+            raise PartitionsMismatch(self.keys.prefix, recorded, self.keys.partitions)
         self._layout_ok = True
 
     def _partitions(self) -> range:
@@ -137,7 +131,7 @@ class RedisBase:
         pop = asyncio.ensure_future(
             self.blocking_client.blpop([*keys, bell], timeout=block_seconds(timeout + 1.0))
         )
-        rang = False
+        rang = rung = False  # the bell was rung; its token was what the BLPOP took
         reply = None
         try:
             done, _ = await asyncio.wait({pop}, timeout=max(timeout, 0.0))
@@ -145,15 +139,16 @@ class RedisBase:
                 rang = True
                 await self.client.lpush(bell, "1")
             reply = await pop
+            rung = reply is not None and reply[0] in (bell, bell.encode())
         finally:
             if not pop.done():
                 pop.cancel()  # (redis-py closes a connection whose reply is not read)
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await pop
-            if rang and not _from(reply, bell):
+            if rang and not rung:
                 with contextlib.suppress(Exception):  # (a process killed here leaves it)
                     await self.client.delete(bell)
-        return reply is not None and not _from(reply, bell)
+        return reply is not None and not rung
 
     async def _close_waits(self) -> None:
         """Close the cluster wake-up subscription, if one was made."""

@@ -215,7 +215,7 @@ class Keys:
 
     def bell(self, wait: str) -> str:
         """The list one blocking wait also watches, so that the store ends it at its
-        due time (`RedisBase._blpop_any`). Partition 0: it lives for a moment."""
+        due time (`RedisBase._blpop_until`). Partition 0: it lives for a moment."""
         return self.base(0) + SUFFIX["bell"] + wait
 
     def status_index(self, partition: int, status: str) -> str:

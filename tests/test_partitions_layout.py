@@ -12,10 +12,11 @@ the CLI exits 2 with the message.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import httpx
@@ -29,6 +30,7 @@ from stores import open_store
 from stores.protocol import CorruptData, PartitionsMismatch
 from stores.redis import RedisStore
 from tests.conftest import need_real_redis
+from tests.crashflows import until
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -67,6 +69,15 @@ async def opener_fixture(request: pytest.FixtureRequest, key_prefix: str) -> Asy
             await store.close()
         if server is not None:
             await server.close()
+
+
+@contextlib.asynccontextmanager
+async def api(client: Client) -> AsyncIterator[httpx.AsyncClient]:
+    """An httpx client on `create_app(client)`, every request as actor "ops"."""
+    app = create_app(client, authenticate=lambda request: "ops")
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://sf") as http:
+        yield http
 
 
 async def keys_of(store: RedisStore) -> set[str]:
@@ -166,10 +177,7 @@ async def test_the_http_api_answers_a_500_naming_the_error_and_writes_nothing(
     first = opener(4)
     await Client(first).start(noop, run_id="r1")
     before = await keys_of(first)
-    app = create_app(Client(opener(1)), authenticate=lambda request: "ops")
-    transport = httpx.ASGITransport(app=app)
-
-    async with httpx.AsyncClient(transport=transport, base_url="http://sf") as http:
+    async with api(Client(opener(1))) as http:
         answer = await http.post("/v1/runs", json={"flow": "tests.layout.noop", "run_id": "r2"})
 
     assert answer.status_code == 500, answer.text
@@ -179,14 +187,6 @@ async def test_the_http_api_answers_a_500_naming_the_error_and_writes_nothing(
     assert await keys_of(first) == before
 
 
-async def until(predicate: Callable[[], Awaitable[object]], what: str) -> None:
-    for _ in range(400):
-        if await predicate():
-            return
-        await asyncio.sleep(0.025)
-    raise AssertionError(f"not within 10 s: {what}")
-
-
 async def test_a_worker_records_the_count_again_at_its_next_beat_after_data_loss(
     opener: Opener,
 ) -> None:
@@ -194,13 +194,13 @@ async def test_a_worker_records_the_count_again_at_its_next_beat_after_data_loss
     worker = Worker(store, [noop], lease_ttl=0.3)  # a beat every 0.1 s
     serving = asyncio.create_task(worker.run())
     try:
-        await until(lambda: store.client.exists(store.keys.layout()), "the first record")
+        await until(lambda: store.client.exists(store.keys.layout()), 10, "the first record")
         await store.client.delete(store.keys.layout())  # as a Redis restarted empty
 
         async def recorded() -> bool:
             return await store.client.hget(store.keys.layout(), "partitions") == "4"
 
-        await until(recorded, "the count recorded again")
+        await until(recorded, 10, "the count recorded again")
         assert not serving.done()
     finally:
         await worker.stop()
@@ -214,7 +214,7 @@ async def test_a_worker_stops_when_a_beat_finds_another_count_recorded_meanwhile
     worker = Worker(store, [noop], lease_ttl=0.3)
     serving = asyncio.create_task(worker.run())
     try:
-        await until(lambda: store.client.exists(store.keys.layout()), "the first record")
+        await until(lambda: store.client.exists(store.keys.layout()), 10, "the first record")
         # the data lost, and a process with another count first to come back
         await store.client.delete(store.keys.layout())
         await Client(opener(2)).start(noop, run_id="r1")
@@ -271,10 +271,7 @@ async def test_a_damaged_layout_is_reported_to_a_reader_naming_its_key(opener: O
 
 async def test_the_http_readiness_probe_fails_on_another_count(opener: Opener) -> None:
     await Client(opener(4)).start(noop, run_id="r1")
-    app = create_app(Client(opener(1)), authenticate=lambda request: "ops")
-    transport = httpx.ASGITransport(app=app)
-
-    async with httpx.AsyncClient(transport=transport, base_url="http://sf") as http:
+    async with api(Client(opener(1))) as http:
         answer = await http.get("/readyz")
 
     assert answer.status_code == 500, answer.text

@@ -12,42 +12,19 @@ meanwhile still counts, and no bell is left behind.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-import pytest_asyncio
 
 from sdk import Client, Worker, flow, sleep
 from stores import _base
 from stores.redis import RedisStore
-from tests.conftest import need_real_redis, redis_store
 
 
 @pytest.fixture(autouse=True)
 def redis_times_out_late(monkeypatch: pytest.MonkeyPatch) -> None:
     """Redis's own timeout of every blocking wait: a minute, whatever was asked."""
     monkeypatch.setattr(_base, "block_seconds", lambda timeout: 60.0)
-
-
-@pytest_asyncio.fixture(
-    name="store", params=["memory", pytest.param("redis", marks=pytest.mark.redis)]
-)
-async def store_fixture(
-    request: pytest.FixtureRequest, key_prefix: str
-) -> AsyncIterator[RedisStore]:
-    if request.param == "memory":
-        from stores import open_store
-
-        memory = open_store("memory://")
-        assert isinstance(memory, RedisStore)
-        try:
-            yield memory
-        finally:
-            await memory.close()
-    else:
-        async with redis_store(need_real_redis(), key_prefix) as real:
-            yield real
 
 
 async def bells(store: RedisStore) -> list[Any]:
