@@ -21,7 +21,9 @@ short runs, each next to its own floors, and the median of their ratios.
 one, as for the socket) instead of sending them: what is left of a step is
 the Python between the flow's ``await`` and the socket, the engine's, the
 store's and the lane's, a figure the loopback's drift does not move. It
-prints no floors.
+prints no floors. In a real run much of that Python is not on top of the
+round trip: the flow's code and the next step's start run while a step's
+write is on the wire (`sdk._writes.Writes.send`).
 
 ``--optional-checkpoints`` runs the same flow declared with
 ``@flow(optional_checkpoints=True)`` (a ``step_started`` checkpoint per step).

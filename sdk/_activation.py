@@ -36,6 +36,7 @@ then works out what comes next and delivers it in the next round:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import logging
 from collections.abc import Coroutine
@@ -238,8 +239,12 @@ class Activation(Cancelling, Observing, FlowCalls):
 
     async def _drive(self) -> None:
         cursor = self.cursor
+        writes = self.writes
         assert self.main is not None
         while not self.abandoned:
+            if writes.pending is not None and not self._ahead():
+                await self._landed()  # the last step's write, before anything else
+                continue
             if cursor.fatal is not None:
                 await self.settle()
                 err = cursor.fatal
@@ -282,19 +287,52 @@ class Activation(Cancelling, Observing, FlowCalls):
                 self._start_new()
                 if self.abandoned:  # an interceptor's simulated crash
                     continue
-            if self.writes.batches and self._deliver_batches():
+                if writes.pending is not None and not self._one_step_next():
+                    await self._landed()
+                    continue
+            if writes.batches and self._deliver_batches():
                 continue
             if self.waiting and self.resolving is None:
                 _waits.start_next(self)
             if self._queued:
                 await self._launch()
                 continue
-            if self.running or self.writes.batches:
+            if self.running or writes.batches:
                 await self._wait_event()
                 continue
             await _ending.park(self)
             self.ended = ActivationOutcome.PARKED if self.parking else ActivationOutcome.FAILED
             return
+
+    def _ahead(self) -> bool:
+        """Whether the driver may go on with the last step's write on the wire
+        (`Writes.send`): only to start the flow's next calls, which has no effect
+        but for interceptors, told of a wait, a sleep or a child as it starts (so
+        then only steps; `_one_step_next` says whether that is all there is)."""
+        cursor = self.cursor
+        return (
+            bool(cursor.new)
+            and cursor.fatal is None
+            and self.continuing is None
+            and not self.cancel_pending
+            and self.main is not None
+            and not self.main.done()
+            and (not self.engine.interceptors or all(type(op) is StepOp for op in cursor.new))
+        )
+
+    def _one_step_next(self) -> bool:
+        """Whether all that was started is one step, to run inline (`_launch`): its
+        attempt awaits the last write before its body runs (`sdk._steprun`)."""
+        queued = self._queued
+        return (
+            len(queued) == 1
+            and getattr(queued[0], "cr_code", None) is _steprun.ATTEMPTS
+            and not (self.waiting or self.running or self.writes.batches)
+        )
+
+    async def _landed(self) -> None:
+        with contextlib.suppress(Stop):  # abandoned: the drive ends
+            await self.writes.landed()
 
     def _start_new(self) -> None:
         """Start the calls made so far that the journal has no outcome for."""
@@ -392,9 +430,13 @@ class Activation(Cancelling, Observing, FlowCalls):
         """Run the queued work: one piece with nothing else going on runs inline (the
         common case, a flow's next step: no task, no extra turn of the loop); more
         run as tasks, side by side."""
-        queued, self._queued = self._queued, []
         writes = self.writes
         alone = not (self.running or writes.batches or (self.waiting and self._next_due()))
+        if writes.pending is not None and not (len(self._queued) == 1 and alone):
+            await self._landed()
+            if self.abandoned:
+                return
+        queued, self._queued = self._queued, []
         if len(queued) == 1 and alone:
             writes.inline = True
             try:
@@ -488,6 +530,7 @@ class Activation(Cancelling, Observing, FlowCalls):
             await asyncio.wait(list(self.running))
 
     async def _close(self) -> None:
+        self.writes.drop()  # stopped with a write on the wire (abandoned, cancelled)
         for coro in self._queued:  # never launched: the activation ended first
             coro.close()
         self._queued.clear()

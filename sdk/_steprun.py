@@ -35,7 +35,7 @@ from stores.protocol import Mailbox, StepEvent
 if TYPE_CHECKING:
     from sdk._activation import Activation
 
-__all__ = ["announce", "approval_mailbox", "decided", "retry_now", "start"]
+__all__ = ["ATTEMPTS", "announce", "approval_mailbox", "decided", "retry_now", "start"]
 
 _COMPLETED = StepEvent(EventType.STEP_COMPLETED, "", CheckpointKind.STEP_COMPLETED)
 
@@ -139,6 +139,8 @@ async def _attempts(act: Activation, op: StepOp, attempts: int) -> None:
     body = act.engine.stubs.get(spec.name, op.fn)  # a test's stub stands in for the body
     hooks = act.engine.interceptors
     idem = f"{act.key_root}:{op.key}"
+    if act.writes.pending is not None:
+        await act.writes.landed()  # the last step's write is back before this one runs
     while True:
         if hooks:
             act.step_started(op, attempts + 1)
@@ -185,6 +187,10 @@ async def _attempts(act: Activation, op: StepOp, attempts: int) -> None:
                                  type=tpath, attempts=attempts, rh=rh)  # fmt: skip
         await act.writes.resolve(op, done, Outcome(value), _COMPLETED, ctx._intents)
         return
+
+
+#: What `start` runs (`Activation._one_step_next` recognizes it in its queue).
+ATTEMPTS = _attempts.__code__
 
 
 async def _within(act: Activation, op: StepOp, attempt: Awaitable[Any], timeout: float) -> Any:

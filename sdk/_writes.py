@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import attrs
 
 from sdk._cursor import CANCEL_KEY, CANCEL_POS
+from sdk._eager import Started
 from sdk._journal import Kind, Record, State
 from sdk._ops import Op, Outcome
 from sdk.errors import LeaseLost
@@ -51,6 +52,9 @@ class Writes:
         self.writing: set[asyncio.Task[Any]] = set()  # tasks in a write: not cut off
         self.inline = False  # the one piece of work in flight runs inline
         self.direct: tuple[int, Op, Outcome] | None = None  # its outcome, for the next round
+        # The write on the wire (`send`) and its record; `landed` awaits it.
+        self.pending: Started[bool] | None = None
+        self._pending_rec: Record | None = None
         self._last = act.journal.max_round
 
     def batch(self) -> Batch:
@@ -88,13 +92,15 @@ class Writes:
         """Write `op`'s outcome (the record ``make(r=round)`` builds for the write's
         round); the flow gets `outcome` in that round."""
         act = self.act
+        if self.pending is not None:
+            await self.landed()
         if act.abandoned or (act.cut and asyncio.current_task() in act.cut):
             raise Stop  # stopped, or cut off to give a cancel: nothing is recorded
         if self.inline and self.direct is None:
             # the only work in flight: its outcome is the next round on its own
             r = self._last = max(self._last, self.act.cursor.round) + 1
             rec = make(r=r)
-            await self._record(rec, event, intents)
+            self.send(rec, event, intents)  # on the wire while the flow goes on
             op.record = rec
             self.direct = (r, op, outcome)
             return
@@ -112,6 +118,8 @@ class Writes:
     ) -> None:
         """A fenced journal write that delivers nothing (a failed attempt, an approval)."""
         act = self.act
+        if self.pending is not None:
+            await self.landed()
         if act.abandoned or (act.cut and asyncio.current_task() in act.cut):
             raise Stop
         await self._record(rec, event, intents)
@@ -120,6 +128,8 @@ class Writes:
         """Journal that the flow is given its cancel request in the next round (the
         ``~cancel`` record); returns that round. Nothing else is in flight."""
         act = self.act
+        if self.pending is not None:
+            await self.landed()
         if act.abandoned:
             raise Stop
         r = self._last = max(self._last, act.cursor.round) + 1
@@ -134,6 +144,8 @@ class Writes:
     async def mark(self, key: str) -> None:
         """The optional ``step.started`` event and checkpoint."""
         act = self.act
+        if self.pending is not None:
+            await self.landed()
         if act.abandoned:
             raise Stop
         if not await self.guard(act.store.mark(act.run_id, act.fence, key, act.clock.time())):
@@ -147,6 +159,44 @@ class Writes:
             act.run_id, act.fence, rec.key, rec.to_json(), now=act.clock.time(),
             event=event, intents=intents,  # a step's outbox intents go with its result
         )  # fmt: skip
+        await self._written(call, rec)
+
+    def send(self, rec: Record, event: StepEvent | None, intents: Sequence[NewIntent]) -> None:
+        """`_record`, split at the wire: the write is sent now and awaited by `landed`.
+
+        Meanwhile the activation delivers the outcome and runs the flow's own code
+        up to its next calls (no effect: the flow's code is deterministic, and
+        runs again on every replay); everything that has one (a step body, a
+        write, the run's end or park) awaits `landed` first. So the Python of
+        the flow and of the next step's start runs while the write is on the
+        wire, and a process that dies before the write is back has done nothing
+        more than one that died while waiting for it.
+        """
+        act = self.act
+        self.pending = Started(
+            act.store.record(
+                act.run_id, act.fence, rec.key, rec.to_json(), now=act.clock.time(),
+                event=event, intents=intents,
+            )
+        )  # fmt: skip
+        self._pending_rec = rec
+
+    async def landed(self) -> None:
+        """The write `send` left on the wire is back, and was recorded (else `Stop`)."""
+        pending, rec = self.pending, self._pending_rec
+        assert pending is not None and rec is not None
+        self.pending = self._pending_rec = None
+        await self._written(pending, rec)
+
+    def drop(self) -> None:
+        """The activation stopped with a write on the wire: its reply is read by a
+        task of its own (whether it was recorded, recovery finds out)."""
+        pending, self.pending, self._pending_rec = self.pending, None, None
+        if pending is not None:
+            pending.finish()
+
+    async def _written(self, call: Awaitable[bool], rec: Record) -> None:
+        act = self.act
         # `guard`, inlined: one coroutine less on every journal write
         task = asyncio.current_task()
         writing = self.writing
@@ -171,6 +221,8 @@ class Writes:
         outcome is unknown is left to recovery, as after a crash)."""
         # Work is cut off by `abandon` (and to give a cancel) unless it is writing;
         # so is work that runs inline, in `execute`'s task.
+        if self.pending is not None:
+            await self.landed()
         task = asyncio.current_task()
         writing = self.writing
         if task is not None:

@@ -7,6 +7,7 @@ Redis under the test's own key prefix, with a 1 s lease.
 from __future__ import annotations
 
 import asyncio
+import signal
 import subprocess
 import sys
 import uuid
@@ -17,6 +18,7 @@ import pytest
 from sdk import Client, RunStatus
 from sdk._journal import Record
 from stores.redis import RedisStore
+from tests.conftest import PrivateRedis
 from tests.crashflows import (
     ROOT,
     SENDER,
@@ -155,3 +157,51 @@ async def test_a_sender_killed_mid_send_loses_no_delivery_and_a_resend_duplicate
         events = await client.events(h.run_id, limit=1000)
         assert [e.type for e in events].count("event.delivered") == 1
     assert await client.send_event("crash.payment", {"batch": "b1"}, event_id="evt-1") == []
+
+
+# -- killed with a step's write on the wire (sdk._writes.Writes.send) ------------------------
+# The worker sends a step's write and runs the flow's own code on while it is out; the
+# next step's body waits for it. A private Redis holds the write: stopped (SIGSTOP), it
+# has the command in its socket and runs it once it goes on, after the worker died;
+# paused for writes (CLIENT PAUSE WRITE), it drops the command with the dead client.
+
+
+@pytest.mark.parametrize("hold", ["sigstop", "pause"])
+async def test_sigkill_with_a_write_on_the_wire_runs_nothing_ahead_of_it(
+    private_redis: PrivateRedis, tmp_path: Path, hold: str
+) -> None:
+    prefix = f"wire-{uuid.uuid4().hex[:8]}"
+    store = RedisStore.from_url(private_redis.url, prefix=prefix)
+    workers = Workers(private_redis.url, prefix, tmp_path)
+    admin = store.client
+    assert private_redis.proc is not None
+    try:
+        markers, release = tmp_path / "markers", tmp_path / "release"
+        first = workers.spawn()
+        handle = await Client(store).start(crash_mid_step, str(markers), str(release))
+        await until(lambda: labelled(markers, "held"), STARTUP, "the held step to start", first)
+        if hold == "sigstop":
+            private_redis.proc.send_signal(signal.SIGSTOP)
+        else:
+            await admin.client_pause(60_000, all=False)  # write commands (and scripts) wait
+        try:
+            release.touch()  # the held step returns and its write goes out, and stays out
+            await asyncio.sleep(2.0)  # time to run ahead to the next step, had it not waited
+            assert not labelled(markers, "last")
+            first.kill()
+        finally:
+            if hold == "sigstop":
+                private_redis.proc.send_signal(signal.SIGCONT)
+            else:
+                await admin.client_unpause()
+        second = workers.spawn()
+        assert await handle.result(timeout=FINISH) == ["first", "second", "held", "last"]
+        held = labelled(markers, "held")
+        # stopped: the write ran once Redis went on, so the step is not run again;
+        # paused: the write went with the dead client, so recovery runs the step again
+        ran = [first.pid] if hold == "sigstop" else [first.pid, second.pid]
+        assert [m.pid for m in held] == ran
+        assert [m.pid for m in labelled(markers, "last")] == [second.pid]
+    finally:
+        workers.close()
+        await store.close()
