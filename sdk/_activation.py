@@ -11,7 +11,10 @@ then works out what comes next and delivers it in the next round:
   a step's body runs on the worker's loop (`sdk._steprun`) and its outcome is
   written with one fenced write. Writes that are in flight together form a
   *batch*; its number is written into each record, and the batch is
-  delivered as one round once all of its writes are back.
+  delivered as one round once all of its writes are back. A step run on its
+  own is delivered as soon as its write is sent: the flow runs on to its next
+  calls meanwhile, and nothing with an effect happens before the write is
+  back (`sdk._ahead`).
 - **Waits** complete one at a time, and only while the flow still waits for
   them (`sdk._waits`); with nothing else to do, the run parks (`sdk._ending`).
 - **Cancel.** A cancel request (`Client.cancel` with a grace period) is given to
@@ -36,13 +39,13 @@ then works out what comes next and delivers it in the next round:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
 import logging
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 from sdk import _children, _ending, _steprun, _waits
+from sdk._ahead import Ahead
 from sdk._aio import FlowLoop, FlowTask, interested
 from sdk._calls import FlowCalls, evicted
 from sdk._cancelling import Cancelling
@@ -77,7 +80,7 @@ __all__ = ["Activation"]
 log = logging.getLogger("steadyflow.worker")
 
 
-class Activation(Cancelling, Observing, FlowCalls):
+class Activation(Cancelling, Observing, Ahead, FlowCalls):
     """Executes one claimed run until it parks, ends, or stops."""
 
     def __init__(
@@ -242,8 +245,8 @@ class Activation(Cancelling, Observing, FlowCalls):
         writes = self.writes
         assert self.main is not None
         while not self.abandoned:
-            if writes.pending is not None and not self._ahead():
-                await self._landed()  # the last step's write, before anything else
+            if writes.pending is not None and not self.ahead():
+                await self.landed()  # the last step's write, before anything else
                 continue
             if cursor.fatal is not None:
                 await self.settle()
@@ -287,8 +290,8 @@ class Activation(Cancelling, Observing, FlowCalls):
                 self._start_new()
                 if self.abandoned:  # an interceptor's simulated crash
                     continue
-                if writes.pending is not None and not self._one_step_next():
-                    await self._landed()
+                if writes.pending is not None and not self.one_step_next():
+                    await self.landed()
                     continue
             if writes.batches and self._deliver_batches():
                 continue
@@ -303,36 +306,6 @@ class Activation(Cancelling, Observing, FlowCalls):
             await _ending.park(self)
             self.ended = ActivationOutcome.PARKED if self.parking else ActivationOutcome.FAILED
             return
-
-    def _ahead(self) -> bool:
-        """Whether the driver may go on with the last step's write on the wire
-        (`Writes.send`): only to start the flow's next calls, which has no effect
-        but for interceptors, told of a wait, a sleep or a child as it starts (so
-        then only steps; `_one_step_next` says whether that is all there is)."""
-        cursor = self.cursor
-        return (
-            bool(cursor.new)
-            and cursor.fatal is None
-            and self.continuing is None
-            and not self.cancel_pending
-            and self.main is not None
-            and not self.main.done()
-            and (not self.engine.interceptors or all(type(op) is StepOp for op in cursor.new))
-        )
-
-    def _one_step_next(self) -> bool:
-        """Whether all that was started is one step, to run inline (`_launch`): its
-        attempt awaits the last write before its body runs (`sdk._steprun`)."""
-        queued = self._queued
-        return (
-            len(queued) == 1
-            and getattr(queued[0], "cr_code", None) is _steprun.ATTEMPTS
-            and not (self.waiting or self.running or self.writes.batches)
-        )
-
-    async def _landed(self) -> None:
-        with contextlib.suppress(Stop):  # abandoned: the drive ends
-            await self.writes.landed()
 
     def _start_new(self) -> None:
         """Start the calls made so far that the journal has no outcome for."""
@@ -433,7 +406,7 @@ class Activation(Cancelling, Observing, FlowCalls):
         writes = self.writes
         alone = not (self.running or writes.batches or (self.waiting and self._next_due()))
         if writes.pending is not None and not (len(self._queued) == 1 and alone):
-            await self._landed()
+            await self.landed()
             if self.abandoned:
                 return
         queued, self._queued = self._queued, []
