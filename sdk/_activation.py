@@ -245,8 +245,8 @@ class Activation(Cancelling, Observing, Ahead, FlowCalls):
         writes = self.writes
         assert self.main is not None
         while not self.abandoned:
-            if writes.pending is not None and not self.ahead():
-                await self.landed()  # the last step's write, before anything else
+            if writes.pending is not None:
+                await self.landed()  # a step's write still out (`_inline`), before all else
                 continue
             if cursor.fatal is not None:
                 await self.settle()
@@ -289,9 +289,6 @@ class Activation(Cancelling, Observing, Ahead, FlowCalls):
             if cursor.new:
                 self._start_new()
                 if self.abandoned:  # an interceptor's simulated crash
-                    continue
-                if writes.pending is not None and not self.one_step_next():
-                    await self.landed()
                     continue
             if writes.batches and self._deliver_batches():
                 continue
@@ -404,16 +401,28 @@ class Activation(Cancelling, Observing, Ahead, FlowCalls):
         common case, a flow's next step: no task, no extra turn of the loop); more
         run as tasks, side by side."""
         writes = self.writes
-        alone = not (self.running or writes.batches or (self.waiting and self._next_due()))
-        if writes.pending is not None and not (len(self._queued) == 1 and alone):
-            await self.landed()
-            if self.abandoned:
-                return
         queued, self._queued = self._queued, []
-        if len(queued) == 1 and alone:
+        if len(queued) == 1 and not (
+            self.running or writes.batches or (self.waiting and self._next_due())
+        ):
+            await self._inline(queued[0])
+            return
+        loop = asyncio.get_running_loop()
+        for coro in queued:
+            task = loop.create_task(coro, context=self._ctx.copy())
+            self.running.add(task)
+            task.add_done_callback(self._task_done)
+
+    async def _inline(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run `work` in this task and deliver its outcome. A step's write is left on
+        the wire meanwhile (`Writes.send`): while all the flow does next is call one
+        more step, that step is started here too, and the write is awaited before
+        its body runs (`sdk._ahead`); else the driver awaits it first."""
+        writes = self.writes
+        while True:
             writes.inline = True
             try:
-                await queued[0]
+                await work
             except (Exception, Stop, Abandon) as exc:
                 self._failed_work(exc)
             except asyncio.CancelledError:
@@ -427,16 +436,17 @@ class Activation(Cancelling, Observing, Ahead, FlowCalls):
                 if task.uncancel() > 0:  # cancelled from elsewhere too (lost lease, stop)
                     raise asyncio.CancelledError
             direct, writes.direct = writes.direct, None
-            if direct is not None and not self.abandoned:
-                self.cursor.round, op, outcome = direct
-                self._deliver(op, outcome)
-                self.loop.run_ready()
-            return
-        loop = asyncio.get_running_loop()
-        for coro in queued:
-            task = loop.create_task(coro, context=self._ctx.copy())
-            self.running.add(task)
-            task.add_done_callback(self._task_done)
+            if direct is None or self.abandoned:
+                return
+            self.cursor.round, op, outcome = direct
+            self._deliver(op, outcome)
+            self.loop.run_ready()
+            if writes.pending is None or not self.ahead():
+                return
+            self._start_new()
+            if self.abandoned or not self.one_step_next():
+                return
+            work = self._queued.pop()
 
     def _task_done(self, task: asyncio.Task[None]) -> None:
         self.running.discard(task)

@@ -3,16 +3,19 @@
 A step that runs inline (the flow's next step, nothing else in flight: see
 `Activation._launch`) has its outcome written with `Writes.send`: the write
 goes out, the outcome is delivered at once, and the flow's own code runs on
-to its next calls while the write travels to Redis and back. Then:
+to its next calls while the write travels to Redis and back. Then, in
+`Activation._inline`:
 
-- the driver goes on only to start the calls the flow made (`ahead`): ops and
-  futures, nothing that leaves the process. Interceptors are told of a wait, a
-  sleep or a child as it starts, so with interceptors only steps go ahead;
-- if all that was started is one step (`one_step_next`), it is launched inline,
-  and its attempt computes what it needs (its request hash) and then awaits the
-  write (`sdk._steprun`) before its body runs;
-- anything else awaits the write first (`landed`): a write, a wait, a child,
-  the run's end or park, a cancel, a timeout.
+- the activation goes on only to start the calls the flow made (`ahead`): ops
+  and futures, nothing that leaves the process. Interceptors are told of a
+  wait, a sleep or a child as it starts, so with interceptors only steps go
+  ahead;
+- if all that was started is one step (`one_step_next`), it runs inline there
+  too: its attempt computes what it needs (its request hash) and then awaits
+  the write (`sdk._steprun`) before its body runs;
+- anything else is left to the driver, which awaits the write before all else
+  (`landed`): a write, a wait, a child, the run's end or park, a cancel, a
+  timeout.
 
 So the engine's Python of one step (the reply's way up, the flow's code, the
 next step's start) overlaps the round trip of the one before, and nothing
@@ -63,8 +66,8 @@ class Ahead:
         def cancel_pending(self) -> bool: ...  # Cancelling's
 
     def ahead(self) -> bool:
-        """Whether the driver may go on with the last step's write on the wire:
-        only to start the flow's next calls."""
+        """Whether the activation may start the flow's next calls with the last
+        step's write on the wire."""
         cursor = self.cursor
         return (
             bool(cursor.new)
