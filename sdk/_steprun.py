@@ -29,6 +29,7 @@ from sdk._ops import Outcome, StepOp, tag
 from sdk._retry import RetryPolicy
 from sdk._serde import converter, dumps, encode_exception, exception_message
 from sdk._types import CheckpointKind, Decision, EventType, Reason
+from sdk._writes import Stop
 from sdk.errors import IdempotencyConflict, SerializationError, StepTimeout
 from stores.protocol import Mailbox, StepEvent
 
@@ -141,6 +142,8 @@ async def _attempts(act: Activation, op: StepOp, attempts: int) -> None:
     idem = f"{act.key_root}:{op.key}"
     if act.writes.pending is not None:
         await act.writes.landed()  # the last step's write is back before this one runs
+        if act.abandoned or act.cancel_pending:
+            raise Stop  # stopped meanwhile, or a cancel came: given before this step runs
     while True:
         if hooks:
             act.step_started(op, attempts + 1)

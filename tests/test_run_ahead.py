@@ -15,8 +15,10 @@ from typing import Any
 import pytest
 
 from sdk import Client, RunStatus, Worker, flow, step
+from sdk._activation import Activation
 from sdk._eager import Started
 from sdk._step import StepSpec
+from sdk.errors import RunCanceled
 from stores.redis import RedisStore
 from tests.crashflows import until
 
@@ -118,6 +120,37 @@ async def test_a_flow_that_ends_ahead_of_its_last_write_ends_once_it_is_back(
     slow.gate.set()
     await asyncio.wait_for(task, WAKE)
     assert await handle.result(timeout=WAKE) == "a"
+
+
+async def test_a_cancel_that_comes_while_a_write_is_out_is_given_before_the_next_body(
+    store: RedisStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    requested = asyncio.Event()
+    request_cancel = Activation.request_cancel
+
+    def heard(self: Activation, reason: str) -> None:
+        request_cancel(self, reason)
+        requested.set()
+
+    monkeypatch.setattr(Activation, "request_cancel", heard)
+    slow = held(store)
+    client = Client(slow)
+    handle = await client.start(two, run_id="canceled")
+    # a short lease: the heartbeat that brings the request comes every 0.1 s
+    task = asyncio.create_task(Worker(slow, lease_ttl=0.3, name="w").run_until_idle())
+    await until(lambda: FLOW_CODE == ["after a"], WAKE, "the flow to go on")
+    await client.cancel("canceled", reason="changed my mind", grace=30)
+    await asyncio.wait_for(requested.wait(), WAKE)  # heard while a's write is out
+    slow.gate.set()
+    await asyncio.wait_for(task, WAKE)
+    with pytest.raises(RunCanceled):
+        await handle.result(timeout=WAKE)
+    assert BODIES == ["a"]  # b was called, and never ran: the cancel came first
+    journal = await slow.client.hkeys(slow.keys.journal("canceled"))
+    assert sorted(k.decode() if isinstance(k, bytes) else k for k in journal) == [
+        "tests.ahead.body#1",
+        "~cancel",
+    ]
 
 
 @pytest.mark.parametrize("answer", ["fenced", "error"])
