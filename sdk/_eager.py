@@ -47,7 +47,9 @@ class Started(Generic[_T]):
             self._wait = coro.send(None)
         except StopIteration as stop:
             self._coro, self._value = None, stop.value
-        except BaseException as error:
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as error:  # the awaiter's, as if it had run it
             self._coro, self._error = None, error
 
     def __await__(self) -> Generator[Any, None, _T]:

@@ -192,7 +192,7 @@ async def _attempts(act: Activation, op: StepOp, attempts: int) -> None:
         return
 
 
-#: What `start` runs (`Activation._one_step_next` recognizes it in its queue).
+#: What `start` runs (`sdk._ahead.Ahead.one_step_next` recognizes it in a queue).
 ATTEMPTS = _attempts.__code__
 
 

@@ -291,3 +291,11 @@ async def test_finish_runs_the_rest_in_a_task_of_its_own() -> None:
     gate.set_result(None)
     await until(lambda: done, WAKE, "the finishing task")
     assert done == ["finally"]
+
+
+async def test_started_lets_a_keyboard_interrupt_through_at_once() -> None:
+    async def coro() -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        Started(coro())
