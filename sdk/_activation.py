@@ -39,6 +39,7 @@ then works out what comes next and delivers it in the next round:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import logging
 from collections.abc import Coroutine
@@ -245,8 +246,9 @@ class Activation(Cancelling, Observing, Ahead, FlowCalls):
         writes = self.writes
         assert self.main is not None
         while not self.abandoned:
-            if writes.pending is not None:
-                await self.landed()  # a step's write still out (`_inline`), before all else
+            if writes.pending is not None:  # a step's write still out (`_inline`): first
+                with contextlib.suppress(Stop):  # refused or failed: abandoned, the drive ends
+                    await writes.landed()
                 continue
             if cursor.fatal is not None:
                 await self.settle()

@@ -14,7 +14,7 @@ to its next calls while the write travels to Redis and back. Then, in
   too: its attempt computes what it needs (its request hash) and then awaits
   the write (`sdk._steprun`) before its body runs;
 - anything else is left to the driver, which awaits the write before all else
-  (`landed`): a write, a wait, a child, the run's end or park, a cancel, a
+  (`Writes.landed`): a write, a wait, a child, the run's end or park, a cancel, a
   timeout.
 
 So the engine's Python of one step (the reply's way up, the flow's code, the
@@ -28,13 +28,11 @@ replay.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 from sdk import _steprun
 from sdk._ops import StepOp
-from sdk._writes import Stop
 
 if TYPE_CHECKING:
     import asyncio
@@ -87,8 +85,3 @@ class Ahead:
             and getattr(queued[0], "cr_code", None) is _steprun.ATTEMPTS
             and not (self.waiting or self.running or self.writes.batches)
         )
-
-    async def landed(self) -> None:
-        """The write on the wire is back (stopped: the activation is abandoned)."""
-        with contextlib.suppress(Stop):
-            await self.writes.landed()

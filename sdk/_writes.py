@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import attrs
@@ -52,9 +52,10 @@ class Writes:
         self.writing: set[asyncio.Task[Any]] = set()  # tasks in a write: not cut off
         self.inline = False  # the one piece of work in flight runs inline
         self.direct: tuple[int, Op, Outcome] | None = None  # its outcome, for the next round
-        # The write on the wire (`send`) and its record; `landed` awaits it.
-        self.pending: Started[bool] | None = None
-        self._pending_rec: Record | None = None
+        # The write left on the wire (`send`) and its record: `landed` awaits it.
+        # The activation does so before it awaits any other store call
+        # (`sdk._ahead`); `_written` and `guard` hold it to that.
+        self.pending: tuple[Started[bool], Record] | None = None
         self._last = act.journal.max_round
 
     def batch(self) -> Batch:
@@ -92,8 +93,6 @@ class Writes:
         """Write `op`'s outcome (the record ``make(r=round)`` builds for the write's
         round); the flow gets `outcome` in that round."""
         act = self.act
-        if self.pending is not None:
-            await self.landed()
         if act.abandoned or (act.cut and asyncio.current_task() in act.cut):
             raise Stop  # stopped, or cut off to give a cancel: nothing is recorded
         if self.inline and self.direct is None:
@@ -118,8 +117,6 @@ class Writes:
     ) -> None:
         """A fenced journal write that delivers nothing (a failed attempt, an approval)."""
         act = self.act
-        if self.pending is not None:
-            await self.landed()
         if act.abandoned or (act.cut and asyncio.current_task() in act.cut):
             raise Stop
         await self._record(rec, event, intents)
@@ -128,8 +125,6 @@ class Writes:
         """Journal that the flow is given its cancel request in the next round (the
         ``~cancel`` record); returns that round. Nothing else is in flight."""
         act = self.act
-        if self.pending is not None:
-            await self.landed()
         if act.abandoned:
             raise Stop
         r = self._last = max(self._last, act.cursor.round) + 1
@@ -144,22 +139,24 @@ class Writes:
     async def mark(self, key: str) -> None:
         """The optional ``step.started`` event and checkpoint."""
         act = self.act
-        if self.pending is not None:
-            await self.landed()
         if act.abandoned:
             raise Stop
         if not await self.guard(act.store.mark(act.run_id, act.fence, key, act.clock.time())):
             self.fenced(f"before step {key!r} started")
 
-    async def _record(
+    def _call(
         self, rec: Record, event: StepEvent | None, intents: Sequence[NewIntent]
-    ) -> None:
+    ) -> Coroutine[Any, Any, bool]:
         act = self.act
-        call = act.store.record(
+        return act.store.record(
             act.run_id, act.fence, rec.key, rec.to_json(), now=act.clock.time(),
             event=event, intents=intents,  # a step's outbox intents go with its result
         )  # fmt: skip
-        await self._written(call, rec)
+
+    async def _record(
+        self, rec: Record, event: StepEvent | None, intents: Sequence[NewIntent]
+    ) -> None:
+        await self._written(self._call(rec, event, intents), rec)
 
     def send(self, rec: Record, event: StepEvent | None, intents: Sequence[NewIntent]) -> None:
         """`_record`, split at the wire: the write is sent now and awaited by `landed`.
@@ -172,30 +169,24 @@ class Writes:
         wire, and a process that dies before the write is back has done nothing
         more than one that died while waiting for it.
         """
-        act = self.act
-        self.pending = Started(
-            act.store.record(
-                act.run_id, act.fence, rec.key, rec.to_json(), now=act.clock.time(),
-                event=event, intents=intents,
-            )
-        )  # fmt: skip
-        self._pending_rec = rec
+        assert self.pending is None, "a second write left on the wire"
+        self.pending = (Started(self._call(rec, event, intents)), rec)
 
     async def landed(self) -> None:
         """The write `send` left on the wire is back, and was recorded (else `Stop`)."""
-        pending, rec = self.pending, self._pending_rec
-        assert pending is not None and rec is not None
-        self.pending = self._pending_rec = None
-        await self._written(pending, rec)
+        assert self.pending is not None
+        (call, rec), self.pending = self.pending, None
+        await self._written(call, rec)
 
     def drop(self) -> None:
         """The activation stopped with a write on the wire: its reply is read by a
         task of its own (whether it was recorded, recovery finds out)."""
-        pending, self.pending, self._pending_rec = self.pending, None, None
-        if pending is not None:
-            pending.finish()
+        if self.pending is not None:
+            (call, _), self.pending = self.pending, None
+            call.finish()
 
     async def _written(self, call: Awaitable[bool], rec: Record) -> None:
+        assert self.pending is None, "a write awaited with another on the wire"
         act = self.act
         # `guard`, inlined: one coroutine less on every journal write
         task = asyncio.current_task()
@@ -221,8 +212,7 @@ class Writes:
         outcome is unknown is left to recovery, as after a crash)."""
         # Work is cut off by `abandon` (and to give a cancel) unless it is writing;
         # so is work that runs inline, in `execute`'s task.
-        if self.pending is not None:
-            await self.landed()
+        assert self.pending is None, "a store call awaited with a write on the wire"
         task = asyncio.current_task()
         writing = self.writing
         if task is not None:
