@@ -5,6 +5,16 @@ in-process `Worker(concurrency=100)` executes them all. Throughput = steps
 completed / wall time from the worker starting to the last run finishing
 (claims, step records and finishes included).
 
+It also prints what each step cost the two processes involved, per round:
+the worker process's CPU time (``time.process_time`` around the worker's
+run) and the Redis server's (``INFO cpu``, the server's whole process, so
+other clients of the same server count too), both per completed step. One
+worker process uses at most one core and one Redis at most one, so 10^6 /
+each is a ceiling on steps/s that holds on the machine it was measured on;
+the lower one is what limits the figure, and comparing the per-step CPU of
+two engines (or two machines) says more than comparing their steps/s on a
+VM whose speed moves by the minute.
+
     python -m bench.throughput [--runs 100] [--steps 200] [--rounds 3] [--store URL] [--profile]
 """
 
@@ -43,21 +53,30 @@ async def measure(
     conc = concurrency or runs
     host = machine()  # before any work of ours
     rates: list[float] = []
+    worker_cpu: list[float] = []  # µs of the worker process's CPU per step, per round
+    redis_cpu: list[float] = []  # µs of the Redis server's CPU per step, per round
     failed = 0
     async with bench_store(url, new_prefix("throughput"), **store_kwargs) as store:
         client = Client(store)
         worker = Worker(store, [flows.chain], concurrency=conc)
         for n in range(rounds + 1):  # round 0 warms up (connections, scripts)
             handles = [await client.start(flows.chain, steps) for _ in range(runs)]
+            server0 = await _server_cpu(store)
+            c0 = time.process_time()
             t0 = time.perf_counter()
             with profiled(profile and n == 1):
                 await worker.run_until_idle()
             wall = time.perf_counter() - t0
+            cpu = time.process_time() - c0
+            server1 = await _server_cpu(store)
             for h in handles:
                 if (await client.get(h.run_id)).status is not RunStatus.COMPLETED:
                     failed += 1
             if n:
                 rates.append(runs * steps / wall)
+                worker_cpu.append(cpu / (runs * steps) * 1e6)
+                if server0 is not None and server1 is not None:
+                    redis_cpu.append((server1 - server0) / (runs * steps) * 1e6)
     return {
         "runs": runs,
         "steps_per_run": steps,
@@ -66,22 +85,47 @@ async def measure(
         "steps_per_s": statistics.median(rates),
         "steps_per_s_best": max(rates),
         "steps_per_s_all": rates,
+        "worker_cpu_us_per_step": statistics.median(worker_cpu),
+        "worker_cpu_us_per_step_all": worker_cpu,
+        "redis_cpu_us_per_step": statistics.median(redis_cpu) if redis_cpu else None,
+        "redis_cpu_us_per_step_all": redis_cpu,
         "runs_not_completed": failed,
         "machine": host,
         "pool_max_connections": store_kwargs.get("max_connections", "store default"),
     }
 
 
+async def _server_cpu(store: Any) -> float | None:
+    """Seconds of CPU the Redis server has used (``INFO cpu``), or None where there
+    is no one server to ask (an in-memory store, a cluster)."""
+    client = getattr(store, "client", None)
+    if getattr(store, "cluster", True) or client is None:
+        return None
+    info = await client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
 def report(r: dict[str, Any]) -> str:
-    rows = [
+    rows: list[tuple[str, Any]] = [
         ("median of rounds", r["steps_per_s"]),
         ("best round", r["steps_per_s_best"]),
     ]
+    cpu = r["worker_cpu_us_per_step"]
+    rows += [
+        ("worker CPU per step, µs", cpu),
+        ("  ceiling: 10^6 / that, steps/s", 1e6 / cpu if cpu else float("nan")),
+    ]
+    server = r["redis_cpu_us_per_step"]
+    if server is not None:
+        rows += [
+            ("Redis CPU per step, µs", server),
+            ("  ceiling: 10^6 / that, steps/s", 1e6 / server if server else float("nan")),
+        ]
     text = (
         f"throughput: {r['runs']} runs x {r['steps_per_run']} steps, "
         f"Worker(concurrency={r['concurrency']}), {r['rounds']} rounds, "
         f"pool max_connections={r['pool_max_connections']}\n"
-        + table(rows, ["aggregate", "steps/s"])
+        + table(rows, ["per round, median of rounds", "figure"])
         + f"\n{machine_line(r['machine'])}"
     )
     if r["runs_not_completed"]:

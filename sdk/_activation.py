@@ -299,7 +299,7 @@ class Activation(Cancelling, Observing, Ahead, FlowCalls):
             if self._queued:
                 await self._launch()
                 continue
-            if self.running or writes.batches:
+            if self.running or writes.batches or self._holds():
                 await self._wait_event()
                 continue
             await _ending.park(self)
@@ -372,6 +372,11 @@ class Activation(Cancelling, Observing, Ahead, FlowCalls):
                 await asyncio.wait({fut}, timeout=max(due - self.clock.time(), 0.0))
         finally:
             self._kick_fut = None
+
+    def _holds(self) -> bool:
+        """Whether to wait here for the next due time rather than park (`sdk._waits.holds`)."""
+        due = self._next_due()
+        return due is not None and _waits.holds(self, due)
 
     def _next_due(self) -> float | None:
         if self.resolving is not None or not self.waiting:

@@ -129,6 +129,12 @@ def wait_for_event(
 def sleep(duration: float | timedelta) -> Coroutine[Any, Any, None]:
     """Sleep durably: the run parks on a timer and holds no worker until it fires.
 
+    A sleep that ends within the worker's ``inline_backoff_max`` (1 s by
+    default), while the flow waits for nothing else that a signal, a decision
+    or a child could end, is waited for in the worker instead: the run stays
+    ``running`` and claimed, and wakes without a park, a wake-up and a claim.
+    If the worker dies meanwhile, the next activation sleeps it again in full.
+
     Example::
 
         await sleep(timedelta(days=3))   # survives restarts and deploys

@@ -5,7 +5,8 @@ due time has passed, or (a step) its retry is due. Waits complete one at a
 time, in call order, and only while the flow still waits for them
 (`Activation.wanted`): when one of several raced waits wins, the others are
 withdrawn instead of consuming a later signal. With nothing else to do, the
-run parks on what the flow still waits for (`park_plan`).
+run parks on what the flow still waits for (`park_plan`), unless all it waits
+for ends by itself soon (`holds`): then the activation waits for it in place.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from stores.protocol import Consumed, Mailbox
 if TYPE_CHECKING:
     from sdk._activation import Activation
 
-__all__ = ["ParkPlan", "due", "park_plan", "start", "start_next"]
+__all__ = ["ParkPlan", "due", "holds", "park_plan", "start", "start_next"]
 
 
 def due(op: Op) -> float | None:
@@ -36,6 +37,31 @@ def due(op: Op) -> float | None:
     if isinstance(op, StepOp):
         return op.retry_due
     return None
+
+
+def holds(act: Activation, first: float) -> bool:
+    """Whether an activation with nothing else to do waits in place until `first`
+    (its earliest due time) instead of parking the run.
+
+    It does when every call the flow still waits for ends by itself (a sleep, a
+    timer, a step's retry time: no signal, decision or child can end it), the
+    first of them within the worker's ``inline_backoff_max``, as a retry backoff
+    that short is slept in place. A park and its wake-up cost three round trips
+    (suspend, claim, the timer's record); waiting in place costs none of them,
+    and holds a worker slot for at most ``inline_backoff_max``. Not on a clock
+    with its own ``sleep_until`` (a test's `FakeClock`): its time moves when
+    the test moves it, so the run parks and the test fires its timers.
+    """
+    limit = act.engine.inline_backoff_max
+    if limit <= 0 or hasattr(act.clock, "sleep_until"):
+        return False
+    for op in act.waiting.values():
+        ends_by_itself = isinstance(op, (SleepOp, TimerOp)) or (
+            isinstance(op, StepOp) and not op.approval and op.retry_due is not None
+        )
+        if not ends_by_itself and act.wanted(op):
+            return False
+    return first - act.clock.time() <= limit
 
 
 def start(act: Activation, op: WaitOp | SleepOp | TimerOp, now: float) -> None:

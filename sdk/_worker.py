@@ -67,8 +67,11 @@ class Worker(Heartbeat):
             reason ``max_recoveries_exceeded``.
         grace_period: seconds `stop()` lets in-flight activations finish
             (default: `lease_ttl`); the rest are interrupted and handed back.
-        inline_backoff_max: retry backoffs up to this many seconds are slept
-            in the activation; longer ones park the run on a durable timer.
+        inline_backoff_max: a retry backoff, sleep or asyncio timer that ends
+            within this many seconds is waited for in the activation, holding
+            its slot (for a sleep or timer: when the flow waits for nothing a
+            signal, decision or child could end); a longer one parks the run on
+            a durable timer. 0: every one parks.
         name: the lease owner's name (default ``host:pid:random``).
         channels: the outbox channels to deliver (names or `channel` handlers);
             default every channel of `registry`. The worker's dispatcher

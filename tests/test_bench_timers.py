@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from bench.timers import ended_by_redis, measure
 from stores import _base
 from stores.redis import RedisStore
 
 
-async def test_measure_gives_one_figure_per_duration(memory_store: RedisStore) -> None:
-    late = await measure(memory_store, [0.001, 0.002], sleeps=2)
+@pytest.mark.parametrize("park", [False, True])
+async def test_measure_gives_one_figure_per_duration(memory_store: RedisStore, park: bool) -> None:
+    late = await measure(memory_store, [0.001, 0.002], sleeps=2, park=park)
 
     assert len(late) == 2 and all(math.isfinite(ms) and ms > -1.0 for ms in late)
 
@@ -19,6 +22,6 @@ async def test_the_redis_ended_mode_is_undone_after_it(memory_store: RedisStore)
     bell = _base.RedisBase._blpop_until
     with ended_by_redis():
         assert _base.RedisBase._blpop_until is not bell
-        assert await measure(memory_store, [0.001], sleeps=1)
+        assert await measure(memory_store, [0.001], sleeps=1, park=True)
 
     assert _base.RedisBase._blpop_until is bell

@@ -90,6 +90,35 @@ async def test_sigkill_during_a_durable_sleep_loses_nothing(
     assert [k async for k in real_store.client.scan_iter(match=real_store.keys.bell("*"))] == []
 
 
+async def test_sigkill_while_a_short_sleep_is_waited_in_place_loses_nothing(
+    workers: Workers, client: Client, real_store: RedisStore, tmp_path: Path
+) -> None:
+    # 0.9 s is within the worker's inline_backoff_max (1 s): the worker waits for
+    # it with the run claimed (sdk._waits.holds), and dies meanwhile.
+    markers = tmp_path / "markers"
+    first = workers.spawn()
+    run_id = f"held-{uuid.uuid4().hex[:8]}"
+    handle = await client.start(sleep_between_steps, str(markers), 0.9, run_id=run_id)
+    await until(lambda: labelled(markers, "before"), STARTUP, "the step before the sleep", first)
+    first.kill()
+    second = workers.spawn()
+
+    assert await handle.result(timeout=FINISH) == "after"
+    (before,) = labelled(markers, "before")
+    (after,) = labelled(markers, "after")
+    assert (before.pid, after.pid) == (first.pid, second.pid)
+    assert "lease expired" in second.log()  # recovered from the lease, not from a timer
+    journal = await real_store.client.hgetall(real_store.keys.journal(run_id))
+    due = Record.from_json(journal["~sleep#1"]).due
+    assert due is not None
+    # The sleep's due time is written when it ends: the replay slept it in full
+    # again (longer in all, never shorter), and the step after it ran once, then.
+    assert due >= before.at + 0.9
+    assert after.at >= due
+    kinds = [c.kind.value for c in await client.checkpoints(run_id)]
+    assert "waiting_for_signal" not in kinds  # neither worker parked it
+
+
 async def test_many_runs_survive_a_sigkill_and_each_step_is_recorded_once(
     workers: Workers, client: Client, tmp_path: Path
 ) -> None:

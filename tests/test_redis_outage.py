@@ -59,7 +59,10 @@ class Service:
     def __init__(self, url: str) -> None:
         self.worker_store = RedisStore.from_url(url, prefix="outage")
         self.client_store = RedisStore.from_url(url, prefix="outage")
-        self.worker = Worker(self.worker_store, lease_ttl=1, name="outage-worker")
+        # inline_backoff_max=0: every sleep parks (these tests need the timer in Redis)
+        self.worker = Worker(
+            self.worker_store, lease_ttl=1, name="outage-worker", inline_backoff_max=0
+        )
         self.client = Client(self.client_store)
         self.task: asyncio.Task[None] | None = None
 
