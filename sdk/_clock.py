@@ -23,6 +23,8 @@ class Clock(Protocol):
     (return once `time()` reads `when`): in-process deadlines (a step's
     timeout) then wait on it. `testing.FakeClock` has one, so its `advance`
     fires them; without one they are measured with the event loop's timer.
+    A worker waits for a short sleep in place (`sdk._waits.holds`) only on a
+    clock without one: on a clock that has one, every sleep parks the run.
     """
 
     def time(self) -> float:
