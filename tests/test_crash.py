@@ -99,7 +99,12 @@ async def test_sigkill_while_a_short_sleep_is_waited_in_place_loses_nothing(
     first = workers.spawn()
     run_id = f"held-{uuid.uuid4().hex[:8]}"
     handle = await client.start(sleep_between_steps, str(markers), 0.9, run_id=run_id)
-    await until(lambda: labelled(markers, "before"), STARTUP, "the step before the sleep", first)
+    journal_key = real_store.keys.journal(run_id)
+
+    async def slept() -> bool:  # the step before the sleep is recorded: the sleep began
+        return bool(await real_store.client.hexists(journal_key, "note#1"))
+
+    await until(slept, STARTUP, "the step before the sleep to be recorded", first)
     first.kill()
     second = workers.spawn()
 
@@ -108,7 +113,7 @@ async def test_sigkill_while_a_short_sleep_is_waited_in_place_loses_nothing(
     (after,) = labelled(markers, "after")
     assert (before.pid, after.pid) == (first.pid, second.pid)
     assert "lease expired" in second.log()  # recovered from the lease, not from a timer
-    journal = await real_store.client.hgetall(real_store.keys.journal(run_id))
+    journal = await real_store.client.hgetall(journal_key)
     due = Record.from_json(journal["~sleep#1"]).due
     assert due is not None
     # The sleep's due time is written when it ends: the replay slept it in full
