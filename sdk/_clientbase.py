@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
@@ -37,6 +38,13 @@ log = logging.getLogger("steadyflow.client")
 #: Seconds `RunHandle.result` waits on a pending run before it checks, once,
 #: that some live worker serves it (and logs a warning if none does).
 PENDING_HINT_AFTER = 5.0
+
+#: How long after its deadline `RunHandle.result` ends a wait the store has not
+#: ended itself. Redis ends a blocking read at its next cron tick (every 100 ms
+#: with its default ``hz 10``) when nothing else wakes it, so the last wait of a
+#: ``result(timeout=)`` is cut here instead (the read's connection is closed,
+#: as after any cancelled read, and the next read opens another).
+RESULT_CUT_AFTER = 0.005
 
 
 class Authorizer(Protocol):
@@ -114,7 +122,13 @@ class RunHandle:
                 hint = await self._client._unserved(stored)
                 if hint:
                     log.warning("run %s is still pending: %s", run_id, hint)
-            await store.wait_finished(run_id, min(wait, 5.0))
+            if deadline is None or wait > 5.0:
+                await store.wait_finished(run_id, min(wait, 5.0))
+            else:  # the last wait: it ends at the deadline, whenever the store would
+                with contextlib.suppress(TimeoutError):  # the next pass reads it, then raises
+                    await asyncio.wait_for(
+                        store.wait_finished(run_id, wait), wait + RESULT_CUT_AFTER
+                    )
 
 
 class ClientBase:

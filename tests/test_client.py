@@ -12,7 +12,7 @@ from typing import Any
 import attrs
 import pytest
 
-from sdk import RunStatus, flow, step, wait_for
+from sdk import Client, RunStatus, Worker, flow, step, wait_for
 from sdk.errors import (
     IdempotencyConflict,
     InvalidTransition,
@@ -23,6 +23,7 @@ from sdk.errors import (
 )
 from stores.redis import RedisStore
 from testing import FakeClock, FlowTestEnv
+from tests.conftest import PrivateRedis
 
 RUNS: Counter[str] = Counter()
 START = datetime(2030, 6, 1, 12, 0, tzinfo=UTC)
@@ -205,6 +206,54 @@ async def test_result_with_a_timeout_raises_timeout_error_for_a_waiting_run() ->
             await handle.result(timeout=0.05)
         assert type(info.value) is TimeoutError
         assert handle.run_id in str(info.value)
+
+
+async def test_result_with_a_timeout_ends_at_it_when_the_store_would_wait_longer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Redis ends a blocking read at its next cron tick (up to 100 ms late at
+    # hz 10): the last wait of result(timeout=) is ended at the deadline instead.
+    async with FlowTestEnv() as env:
+        handle = await env.start(waiting)
+        await env.run_until_idle()
+
+        async def late(run_id: str, timeout: float) -> bool:
+            await asyncio.Event().wait()  # ends only when cut off
+            return False
+
+        monkeypatch.setattr(env.store, "wait_finished", late)
+        task = asyncio.create_task(handle.result(timeout=0.05))
+        done, _ = await asyncio.wait({task}, timeout=5.0)
+        if not done:
+            task.cancel()
+        assert task in done, "result(timeout=0.05) waited as long as the store did"
+        with pytest.raises(TimeoutError):
+            task.result()
+
+
+async def test_result_after_a_wait_cut_at_its_deadline_on_real_redis(
+    private_redis: PrivateRedis,
+) -> None:
+    # At hz 1 an idle Redis ends a blocking read up to a second late, so the wait
+    # is cut by the client and its connection closed (the next wait opens
+    # another: Redis counts it); the waits after a cut still work.
+    store = RedisStore.from_url(private_redis.url, prefix="cut")
+    try:
+        await store.client.config_set("hz", 1)
+        client = Client(store)
+        handle = await client.start(waiting)
+        opened = (await store.client.info("stats"))["total_connections_received"]
+        for _ in range(3):
+            with pytest.raises(TimeoutError):
+                await handle.result(timeout=0.05)
+        reopened = (await store.client.info("stats"))["total_connections_received"] - opened
+        assert reopened >= 2  # the first wait's connection, and one after a cut at least
+        await client.signal(handle.run_id, "go", 7)
+        waiter = asyncio.create_task(handle.result(timeout=30))
+        await Worker(store).run_until_idle()
+        assert await asyncio.wait_for(waiter, 10.0) == 7
+    finally:
+        await store.close()
 
 
 async def test_result_waits_for_the_run_to_finish() -> None:
