@@ -37,6 +37,7 @@ from bench._common import (
     table,
 )
 from sdk import Client, RunStatus, Worker
+from stores.redis import RedisStore
 
 __all__ = ["main", "measure"]
 
@@ -95,13 +96,12 @@ async def measure(
     }
 
 
-async def _server_cpu(store: Any) -> float | None:
-    """Seconds of CPU the Redis server has used (``INFO cpu``), or None where there
-    is no one server to ask (an in-memory store, a cluster)."""
-    client = getattr(store, "client", None)
-    if getattr(store, "cluster", True) or client is None:
+async def _server_cpu(store: RedisStore) -> float | None:
+    """Seconds of CPU the Redis server has used (``INFO cpu``), or None on a cluster
+    (no one server to ask)."""
+    if store.cluster:
         return None
-    info = await client.info("cpu")
+    info = await store.client.info("cpu")
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 

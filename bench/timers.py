@@ -67,7 +67,7 @@ async def measure(
 ) -> list[float]:
     """Per duration, the ms a sleep took beyond its duration (mean over `sleeps`);
     with `park`, every sleep parks the run (``inline_backoff_max=0``)."""
-    worker = Worker(store, [naps], inline_backoff_max=0.0 if park else 1.0)  # 1.0: the default
+    worker = Worker(store, [naps], inline_backoff_max=0.0) if park else Worker(store, [naps])
     serving = asyncio.create_task(worker.run())
     client = Client(store)
     try:

@@ -47,8 +47,8 @@ def holds(act: Activation, first: float) -> bool:
     timer, a step's retry time: no signal, decision or child can end it), the
     first of them within the worker's ``inline_backoff_max``, as a retry backoff
     that short is slept in place. A park and its wake-up cost three round trips
-    (suspend, claim, the timer's record); waiting in place costs none of them,
-    and holds a worker slot for at most ``inline_backoff_max``. Not on a clock
+    (suspend, claim, the timer's record); waiting in place costs the record
+    alone, and holds a worker slot for at most ``inline_backoff_max``. Not on a clock
     with its own ``sleep_until`` (a test's `FakeClock`): its time moves when
     the test moves it, so the run parks and the test fires its timers.
     """

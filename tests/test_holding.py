@@ -10,6 +10,7 @@ is waited in place) is in tests/test_crash.py.
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -62,9 +63,9 @@ async def kinds(client: Client, run_id: str) -> list[str]:
 
 
 @pytest.mark.parametrize("waiting", [naps, timer], ids=["sleep", "asyncio.sleep"])
-async def test_a_short_sleep_is_waited_in_place(store: Store, waiting: object) -> None:
+async def test_a_short_sleep_is_waited_in_place(store: Store, waiting: Any) -> None:
     client = Client(store)
-    handle = await client.start(waiting, 0.05, run_id="short")  # type: ignore[arg-type]
+    handle = await client.start(waiting, 0.05, run_id="short")
     await Worker(store, name="w").run_until_idle()  # inline_backoff_max: 1 s
     assert await handle.result(timeout=WAKE) == "after"
     assert DONE == ["before", "after"]
