@@ -13,7 +13,17 @@ worker process uses at most one core and one Redis at most one, so 10^6 /
 each is a ceiling on steps/s that holds on the machine it was measured on;
 the lower one is what limits the figure, and comparing the per-step CPU of
 two engines (or two machines) says more than comparing their steps/s on a
-VM whose speed moves by the minute.
+VM whose speed moves by the minute. (Redis's figure is its cost at this
+load: a busier server spends less per call, so it is no hard ceiling.)
+
+After each round, the store alone: as many runs, claimed directly, each
+writing as many step records (with the ``step.completed`` event a step's
+write carries) through the same store from a coroutine of its own, with no
+engine (no flow, no worker): what this process, this client and this Redis
+do without the engine's Python. Printed: its records/s, the round's
+steps/s as a share of it (a ratio measured in one run, which the VM's drift
+moves less than either figure), and its CPU per record, so the worker's CPU
+per step splits into the store's path and the engine's own.
 
     python -m bench.throughput [--runs 100] [--steps 200] [--rounds 3] [--store URL] [--profile]
 """
@@ -36,7 +46,9 @@ from bench._common import (
     profiled,
     table,
 )
+from bench.step_overhead import STEP_COMPLETED
 from sdk import Client, RunStatus, Worker
+from sdk._journal import Kind, Record, State
 from stores.redis import RedisStore
 
 __all__ = ["main", "measure"]
@@ -56,6 +68,8 @@ async def measure(
     rates: list[float] = []
     worker_cpu: list[float] = []  # µs of the worker process's CPU per step, per round
     redis_cpu: list[float] = []  # µs of the Redis server's CPU per step, per round
+    # the store alone, per round: records/s, CPU µs per record of this process, of Redis
+    alone: list[tuple[float, float, float | None]] = []
     failed = 0
     async with bench_store(url, new_prefix("throughput"), **store_kwargs) as store:
         client = Client(store)
@@ -78,6 +92,8 @@ async def measure(
                 worker_cpu.append(cpu / (runs * steps) * 1e6)
                 if server0 is not None and server1 is not None:
                     redis_cpu.append((server1 - server0) / (runs * steps) * 1e6)
+                alone.append(await store_alone(store, client, runs, steps))
+    alone_server = [a[2] for a in alone if a[2] is not None]
     return {
         "runs": runs,
         "steps_per_run": steps,
@@ -90,10 +106,53 @@ async def measure(
         "worker_cpu_us_per_step_all": worker_cpu,
         "redis_cpu_us_per_step": statistics.median(redis_cpu) if redis_cpu else None,
         "redis_cpu_us_per_step_all": redis_cpu,
+        "store_alone_records_per_s": statistics.median(a[0] for a in alone),
+        "store_alone_records_per_s_all": [a[0] for a in alone],
+        "store_alone_cpu_us_per_record": statistics.median(a[1] for a in alone),
+        "store_alone_redis_cpu_us_per_record": statistics.median(alone_server)
+        if alone_server
+        else None,
+        # each round's steps/s over its own store-alone records/s
+        "share_of_store_alone": statistics.median(
+            r / a[0] for r, a in zip(rates, alone, strict=True)
+        ),
         "runs_not_completed": failed,
         "machine": host,
         "pool_max_connections": store_kwargs.get("max_connections", "store default"),
     }
+
+
+async def store_alone(
+    store: RedisStore, client: Client, runs: int, steps: int
+) -> tuple[float, float, float | None]:
+    """(records/s, CPU µs per record of this process and of Redis (None on a
+    cluster)) of the store with no engine: `runs`
+    runs claimed here, each writing `steps` step records from a coroutine of its
+    own, all at once (as `runs` activations of one worker write them)."""
+    for _ in range(runs):
+        await client.start(flows.wait_once)  # a flow no worker serves here
+    claims = await store.claim("bench-store-alone", None, runs, time.time(), 600.0)
+    texts = [
+        (f"noop#{i}", Record(f"noop#{i}", i, Kind.STEP, State.OK, value=i, r=i).to_json())
+        for i in range(1, steps + 1)
+    ]
+
+    async def one(run_id: str, fence: int) -> None:
+        for key, text in texts:
+            if not await store.record(run_id, fence, key, text, now=time.time(),
+                                      event=STEP_COMPLETED):  # fmt: skip
+                raise RuntimeError(f"bench: run {run_id!r}: step record {key!r} refused")
+
+    server0 = await _server_cpu(store)
+    c0 = time.process_time()
+    t0 = time.perf_counter()
+    await asyncio.gather(*(one(c.run.run_id, c.run.fence) for c in claims))
+    wall = time.perf_counter() - t0
+    cpu = time.process_time() - c0
+    server1 = await _server_cpu(store)
+    n = len(claims) * steps
+    server = None if server0 is None or server1 is None else (server1 - server0) / n * 1e6
+    return n / wall, cpu / n * 1e6, server
 
 
 async def _server_cpu(store: RedisStore) -> float | None:
@@ -119,8 +178,18 @@ def report(r: dict[str, Any]) -> str:
     if server is not None:
         rows += [
             ("Redis CPU per step, µs", server),
-            ("  ceiling: 10^6 / that, steps/s", 1e6 / server if server else float("nan")),
+            ("  ceiling at this load: 10^6 / that", 1e6 / server if server else float("nan")),
         ]
+    store_cpu = r["store_alone_cpu_us_per_record"]
+    rows += [
+        ("store alone (no engine), records/s", r["store_alone_records_per_s"]),
+        ("  steps/s / that, per round", r["share_of_store_alone"]),
+        ("store alone: CPU per record, µs", store_cpu),
+        ("engine's own CPU per step, µs (worker - that)", cpu - store_cpu),
+    ]
+    if r["store_alone_redis_cpu_us_per_record"] is not None:
+        rows.append(("store alone: Redis CPU per record, µs",
+                     r["store_alone_redis_cpu_us_per_record"]))  # fmt: skip
     text = (
         f"throughput: {r['runs']} runs x {r['steps_per_run']} steps, "
         f"Worker(concurrency={r['concurrency']}), {r['rounds']} rounds, "
