@@ -51,7 +51,7 @@ from sdk import Client, RunStatus, Worker
 from sdk._journal import Kind, Record, State
 from stores.redis import RedisStore
 
-__all__ = ["main", "measure"]
+__all__ = ["main", "measure", "store_alone"]
 
 
 async def measure(
@@ -125,10 +125,10 @@ async def measure(
 async def store_alone(
     store: RedisStore, client: Client, runs: int, steps: int
 ) -> tuple[float, float, float | None]:
-    """(records/s, CPU µs per record of this process and of Redis (None on a
-    cluster)) of the store with no engine: `runs`
-    runs claimed here, each writing `steps` step records from a coroutine of its
-    own, all at once (as `runs` activations of one worker write them)."""
+    """The store with no engine: `runs` runs claimed here, each writing `steps` step
+    records from a coroutine of its own, all at once (as `runs` activations of one
+    worker write them). Returns records/s and the CPU µs per record of this
+    process and of Redis (None on a cluster)."""
     for _ in range(runs):
         await client.start(flows.wait_once)  # a flow no worker serves here
     claims = await store.claim("bench-store-alone", None, runs, time.time(), 600.0)
