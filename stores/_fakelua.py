@@ -115,7 +115,9 @@ class _CompiledScripts:
         """fakeredis took the names of the globals a script may see: from now on
         `globals` lists only the others (see `_NewGlobals`)."""
         known = self._runtime.table_from(dict.fromkeys(expected, True))
-        self._sealed = _NewGlobals(known, self._runtime.compile(_LIST_NEW))
+        self._sealed = _NewGlobals(
+            known, self._runtime.compile(_LIST_NEW), self._runtime.globals()
+        )
 
     def globals(self) -> Any:
         if self._sealed is None:
@@ -214,14 +216,23 @@ class _NewGlobals:
     (`_LIST_NEW`'s watch); the check after a script always lists, and a script
     that took the watch away (``setmetatable(_G, nil)``) turns the shortcut off
     for good: every check lists again.
+
+    fakeredis 2.41 and later also drop the globals a refused script set
+    (``globals()[name] = None``), so that later scripts are not refused for
+    them: assignment goes to the Lua state's own globals table.
     """
 
-    __slots__ = ("_dirty", "_list", "_watched")
+    __slots__ = ("_dirty", "_list", "_real", "_watched")
 
-    def __init__(self, known: Any, make: Any) -> None:
+    def __init__(self, known: Any, make: Any, real: Any) -> None:
         self._dirty = True  # a global may have been set since the last listing
         self._list = make(known, self._mark)
+        self._real = real  # the Lua state's globals table (_G)
         self._watched = True
+
+    def __setitem__(self, name: Any, value: Any) -> None:
+        self._real[name] = value
+        self._dirty = True
 
     def _mark(self) -> None:
         self._dirty = True
