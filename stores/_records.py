@@ -288,6 +288,19 @@ class Lineage:
 
 
 @attrs.frozen
+class Rewind:
+    """What resuming a canceled run whose flow was given its cancel discards
+    (`Store.resume`): the journal records at `keys` (the cancel, and what the
+    flow's cleanup wrote after it), chosen by the engine from the run as it read
+    it at fencing token `fence`. The run continues from checkpoint
+    `checkpoint_id` (0: none)."""
+
+    fence: int
+    keys: tuple[str, ...]
+    checkpoint_id: int
+
+
+@attrs.frozen
 class StoredEvent:
     """One event of a run's log, with its stable cursor."""
 
@@ -360,6 +373,7 @@ class Refusal(enum.Enum):
     FENCED = "fenced"  # the activation's lease is lost
     EXISTS = "exists"  # the new run's id is taken
     CORRUPT = "corrupt"  # the run's stored data cannot be worked with (`key`, `detail`)
+    CHANGED = "changed"  # the run changed since the caller read it (`status`: now): read again
 
 
 @attrs.frozen

@@ -57,6 +57,7 @@ from stores._records import (
     Refusal,
     Refused,
     Renewal,
+    Rewind,
     StartOutcome,
     StepEvent,
     StoredCheckpoint,
@@ -105,6 +106,7 @@ __all__ = [
     "Refusal",
     "Refused",
     "Renewal",
+    "Rewind",
     "RunStatus",
     "ScheduleFire",
     "ScheduleOp",
@@ -508,11 +510,21 @@ class Store(
         now: float = 0.0,
         event_data: str = "",
         version: str | None = None,
+        rewind: Rewind | None = None,
     ) -> Refused | None:
         """Continue a failed, canceled or waiting run, dropping the record at
         `discard_key` (the failure that failed it): the run is queued again,
         and a canceled run's canceled intents are pending again.
         `TRANSITION` from any other status (so also when repeated).
+
+        With `rewind` (a canceled run), its records at `rewind.keys` are dropped
+        too, and their step_completed checkpoints are still listed by
+        `checkpoints`; the intents those records made stay canceled for good;
+        ``resume_from_checkpoint`` becomes `rewind.checkpoint_id`; a worker that
+        keeps the run in memory (`suspend` with `sticky`) must not continue it
+        (its next claim reads the journal). `CHANGED` (with the status now)
+        when the run is not canceled at fencing token `rewind.fence` any more:
+        nothing is written; read it again.
 
         With `version`, the run's ``flow_version`` becomes `version` too, and a
         queued run no activation holds (``pending``, or ``replaying`` after its
