@@ -233,9 +233,10 @@ class Client(History, Lineages, EventSending, Queuing, ScheduleClient, Exporting
     ) -> bool:  # fmt: skip
         """Send the signal `name` to a run; kept until a `wait_for(name)` consumes it.
 
-        Returns False when `dedup_id` was already delivered to this run.
-        Raises `InvalidTransition` for a terminal run (nothing is written) and
-        `RunNotFound` for an unknown one.
+        Returns False when `dedup_id` was already delivered to this run, in any
+        status (also once the run ended: a retried delivery is answered as a
+        duplicate). Raises `InvalidTransition` for a new signal to a terminal
+        run (nothing is written) and `RunNotFound` for an unknown one.
         """
         check_id(run_id, "run_id")
         check_name(name, "signal name")

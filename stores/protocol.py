@@ -458,11 +458,13 @@ class Store(
         event_data: str = "",
         decision_by: str | None = None,
     ) -> bool | Refused:
-        """Deliver to a mailbox: True, or False for a repeated `dedup_id`. With
-        `decision_by` (an approval or denial) the run must be waiting on that
-        mailbox (`NOT_WAITING`) and the actor among its approvers if the wait
-        names some (`FORBIDDEN`, audited). A finished run: `TRANSITION`.
-        Without a `dedup_id`, a repeated call delivers a second signal."""
+        """Deliver to a mailbox: True, or False for a repeated `dedup_id`, in
+        any status (a duplicate is recognised before the checks below, and
+        writes nothing). With `decision_by` (an approval or denial) the run
+        must be waiting on that mailbox (`NOT_WAITING`) and the actor among its
+        approvers if the wait names some (`FORBIDDEN`, audited). A finished run:
+        `TRANSITION`. Without a `dedup_id`, a repeated call delivers a second
+        signal."""
         ...
 
     async def audit(
