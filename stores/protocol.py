@@ -192,9 +192,13 @@ class Store(
         lineage: Sequence[tuple[str, str]],
         event_type: EventType,
         event_data: str,
+        mail: Sequence[tuple[Mailbox, str, str]] = (),
     ) -> Refused | None:
         """Create a replayed/forked run seeded with `journal` and `lineage` records,
-        announced by an `event_type` event (`run.replayed`, `run.forked`).
+        announced by an `event_type` event (`run.replayed`, `run.forked`); its
+        mailboxes start with `mail` (mailbox, payload, dedup id: the id is kept
+        as a `signal`'s would be). A run with `NewRun.parent_run_id` is listed
+        among that run's children (`list_runs(parent_run_id=...)`).
         `Refusal.EXISTS` when the id is taken (so also when repeated)."""
         ...
 
