@@ -40,7 +40,7 @@ from sdk._retry import RetryPolicy
 from sdk._runs import DEFAULT_CANCEL_GRACE, cancel_run
 from sdk._serde import converter, dumps, encode_exception, rebuild_exception
 from sdk._starting import new_run
-from sdk._treecopy import CHILDREN, copy_child, lineage_entry, outcome_payload
+from sdk._treecopy import SourceChild, copy_child, outcome_payload
 from sdk._types import ErrorInfo, Reason, RunOptions, RunStatus
 from sdk.errors import (
     ChildFailed,
@@ -289,12 +289,12 @@ async def start_all(act: Activation, ops: list[ChildOp]) -> None:
     try:
         now = act.clock.time()
         news = [attrs.evolve(op.new, created_at=now) for op in ops]
-        copied = [_copying(act, op) for op in ops]
-        for i, (op, how) in enumerate(zip(ops, copied, strict=True)):
-            if how is not None and how[1] == op.new.run_id:  # the source's own id: taken
+        copied = [_source_child(act, op) for op in ops]
+        for i, (op, src) in enumerate(zip(ops, copied, strict=True)):
+            if src is not None and src.run_id == op.new.run_id:  # the source's own id: taken
                 base = act.run_id + (f"~g{act.stored.generation}" if act.stored.generation else "")
                 news[i] = attrs.evolve(news[i], run_id=child_run_id(base, op.key))
-        fresh = [i for i, how in enumerate(copied) if how is None or how[0] == "rerun"]
+        fresh = [i for i, src in enumerate(copied) if src is None or src.how == "rerun"]
         data = [
             dumps({"flow": news[i].flow, "queue": news[i].queue, "priority": news[i].priority,
                    "parent_run_id": act.run_id, "step": ops[i].key})
@@ -305,26 +305,26 @@ async def start_all(act: Activation, ops: list[ChildOp]) -> None:
             created = await writes.guard(act.store.create_runs([news[i] for i in fresh], data))
             for i, out in zip(fresh, created, strict=True):
                 started[i] = out
-        for i, how in enumerate(copied):
-            if how is not None and how[0] == "replay":
-                started[i] = await _replayed(act, news[i], how[1], how[2])
+        for i, src in enumerate(copied):
+            if src is not None and src.how == "replay":
+                started[i] = await _replayed(act, news[i], src)
         for op in ops:  # the children exist, the parent's journal does not say so yet
             act.call_finished(op)
         r = batch.round
         recs: list[Record] = []
         events: list[StepEvent | None] = []
         outcomes: list[Outcome] = []
-        for op, n, out, how in zip(ops, news, started, copied, strict=True):
+        for op, n, out, src in zip(ops, news, started, copied, strict=True):
             conflict = None
             if out is not None and out.conflict:
                 conflict = IdempotencyConflict(
                     f"run {act.run_id!r}: start_child({n.flow!r}) at {op.key!r}: run "
                     f"{n.run_id!r} already exists with different arguments or flow"
                 )
-            elif out is None and how is not None and how[3] not in (None, n.args_hash):
+            elif out is None and src is not None and src.args_hash not in (None, n.args_hash):
                 conflict = IdempotencyConflict(
                     f"run {act.run_id!r}: start_child({n.flow!r}) at {op.key!r}: the source "
-                    f"run's child {how[1]!r} was started with other arguments; its recorded "
+                    f"run's child {src.run_id!r} was started with other arguments; its recorded "
                     "result is not reused, and it is not run again"
                 )
             if conflict is not None:
@@ -336,8 +336,8 @@ async def start_all(act: Activation, ops: list[ChildOp]) -> None:
                 outcomes.append(Outcome(error=tag(exc, op.key, Reason.FLOW_ERROR)))
                 continue
             if out is None:  # reused: the source's child, whose outcome is in the mailbox
-                assert how is not None
-                child = how[1]
+                assert src is not None
+                child = src.run_id
                 events.append(StepEvent(EventType.SIDE_EFFECT_REUSED, dumps(
                     {"child_run_id": child, "source_run_id": act.stored.source_run_id}
                 )))  # fmt: skip
@@ -345,8 +345,8 @@ async def start_all(act: Activation, ops: list[ChildOp]) -> None:
                 child = n.run_id
                 said: dict[str, Any] = {"child_run_id": child, "flow": n.flow,
                                         "created": out.created}  # fmt: skip
-                if how is not None:
-                    said["source_run_id"] = how[1]
+                if src is not None:
+                    said["source_run_id"] = src.run_id
                 events.append(StepEvent(EventType.CHILD_STARTED, dumps(said)))
             recs.append(Record(op.key, op.pos, Kind.CHILD, State.OK, value=child, r=r))
             outcomes.append(Outcome(ChildHandle(child, n.flow, op.fd)))
@@ -366,33 +366,24 @@ async def start_all(act: Activation, ops: list[ChildOp]) -> None:
         writes.leave(batch)
 
 
-def _copying(act: Activation, op: ChildOp) -> tuple[str, str, str, str | None] | None:
-    """What a replayed or forked run does at this ``start_child`` call, when its
-    source made it: how (``"reuse"``, ``"replay"``, ``"rerun"``), the source's
-    child, the option for that child's own children, and the arguments' hash a
-    reuse requires."""
+def _source_child(act: Activation, op: ChildOp) -> SourceChild | None:
+    """What a replayed or forked run does at this ``start_child`` call, when its source
+    made it (`sdk._treecopy`); None: start it as any run would."""
     if not act.has_lineage:
         return None
     rec = act.lineage_record(op.key, op.pos, Kind.CHILD)
-    entry = lineage_entry(rec) if rec is not None else None
-    if rec is None or entry is None:
-        return None
-    value = rec.value
-    children = value.get("children") if isinstance(value, dict) else None
-    wanted = value.get("hash") if isinstance(value, dict) else None
-    return (
-        entry[0], entry[1], children if children in CHILDREN else CHILDREN[0],
-        wanted if isinstance(wanted, str) and entry[0] == "reuse" else None,
-    )  # fmt: skip
+    return SourceChild.of(rec) if rec is not None else None
 
 
-async def _replayed(act: Activation, new: NewRun, source: str, children: str) -> StartOutcome:
-    """Create the child `new` as a replay of the source's child `source`."""
-    stored = await act.writes.guard(act.store.get_run(source))
+async def _replayed(act: Activation, new: NewRun, src: SourceChild) -> StartOutcome:
+    """Create the child `new` as a replay of the source's child `src`."""
+    stored = await act.writes.guard(act.store.get_run(src.run_id))
     if stored is None:  # deleted meanwhile: started afresh
         outs: list[StartOutcome] = await act.writes.guard(act.store.create_runs([new], [""]))
         return outs[0]
-    got = await act.writes.guard(copy_child(act.store, new, stored, children, act.engine.registry))
+    got = await act.writes.guard(
+        copy_child(act.store, new, stored, src.children, act.engine.registry)
+    )
     if got is not None and got is not True:
         raise CorruptRecord(new.run_id, got.key or "", got.detail or str(got.why))
     return StartOutcome(created=got is None, status=RunStatus.PENDING)

@@ -16,14 +16,16 @@ the new run does with it (`CHILDREN`):
   steps under their policies; its own children under the same option).
 - ``"rerun"``: every child starts afresh, as a new run would.
 
-After the checkpoint these decisions are taken when the new run makes the
-call (the lineage entry of ``~child:...`` names the source's child, `lineage_entry`);
-a replayed child is created then (`copy_child`). Before it, a child whose
-outcome the source had not recorded by the checkpoint (its handle is in the
-journal, its result is not) cannot wait for that child, whose end is reported
-to the source: a completed child's outcome waits in the new run's mailbox
-(reuse), or the journal's handle names a copy of the child, created right
-after the new run (`Copy.children`).
+After the checkpoint, the new run's lineage entry for the ``~child:...`` call
+says what to do (`SourceChild`), decided when the new run is made (a reused
+child's outcome is put in its mailbox then); the new run acts on it when it
+makes the call (a replayed child is created then: `copy_child`). Before the
+checkpoint, a child whose outcome the source had not recorded by then (its
+handle is in the journal, its result is not) cannot be waited for, as its end
+is reported to the source: a completed child's outcome is put in the new
+run's mailbox (reuse), or the journal's handle is rewritten to name a copy of
+the child, created right after the new run (`Copy.children`; a caller that
+dies in between leaves the new run waiting for a child that does not exist).
 """
 
 from __future__ import annotations
@@ -46,9 +48,9 @@ __all__ = [
     "CHILDREN",
     "ChildCopy",
     "Copy",
+    "SourceChild",
     "child_mailbox",
     "copy_child",
-    "lineage_entry",
     "outcome_payload",
     "plan_copy",
 ]
@@ -82,18 +84,34 @@ def outcome_payload(stored: StoredRun | None, child_id: str) -> dict[str, Any]:
     return out
 
 
-def lineage_entry(rec: Record) -> tuple[str, str] | None:
-    """A replayed or forked run's lineage entry for a ``start_child`` call: what to do
-    (``"reuse"``, ``"replay"`` or ``"rerun"``) and the source's child; None when the
-    record is not one."""
-    value = rec.value
-    if rec.kind is not Kind.CHILD or not isinstance(value, dict):
+@attrs.frozen
+class SourceChild:
+    """What a replayed or forked run does at a ``start_child`` call its source made
+    (its lineage entry): `how` (``"reuse"``, ``"replay"`` or ``"rerun"``) with the
+    source's child `run_id`; `children`: the option for that child's own children;
+    `args_hash`: what a reuse requires of the call's arguments (None: no check)."""
+
+    how: str
+    run_id: str
+    children: str = CHILDREN[0]
+    args_hash: str | None = None
+
+    @classmethod
+    def of(cls, rec: Record) -> SourceChild | None:
+        """The entry a lineage record holds; None when it holds none."""
+        value = rec.value
+        if rec.kind is not Kind.CHILD or not isinstance(value, dict):
+            return None
+        for how in CHILDREN:
+            child = value.get(how)
+            if isinstance(child, str):
+                children = value.get("children")
+                wanted = value.get("hash")
+                return cls(
+                    how, child, children if children in CHILDREN else CHILDREN[0],
+                    wanted if isinstance(wanted, str) and how == "reuse" else None,
+                )  # fmt: skip
         return None
-    for how in CHILDREN:
-        child = value.get(how)
-        if isinstance(child, str):
-            return how, child
-    return None
 
 
 @attrs.frozen
@@ -132,11 +150,11 @@ async def plan_copy(
     (`children`: one of `CHILDREN`). Reads each child run of the source."""
     seed: list[tuple[str, str]] = []
     lineage: dict[str, str] = {}
-    starts: list[tuple[str, Record, bool]] = []  # child starts: key, record, seeded
+    starts: dict[str, tuple[Record, bool]] = {}  # child starts: key -> record, seeded
     for key, raw in source.lineage.items():  # the source's own, still unused
         rec = Record.from_json(raw)
         if rec.kind is Kind.CHILD:
-            starts.append((key, rec, False))
+            starts[key] = (rec, False)
         else:
             lineage[key] = raw
     for key, raw in source.journal.items():
@@ -145,7 +163,7 @@ async def plan_copy(
         rec = Record.from_json(raw)
         seeded = source.written.get(key, 0) <= upto
         if rec.kind is Kind.CHILD and rec.state is State.OK:
-            starts.append((key, rec, seeded))
+            starts[key] = (rec, seeded)  # (what the source did wins over its lineage)
             if seeded:
                 seed.append((key, raw))
         elif seeded:
@@ -159,8 +177,9 @@ async def plan_copy(
     mail: list[tuple[Mailbox, str, str]] = []
     copies: list[ChildCopy] = []
     awaited = _results_seeded(seed)
-    for key, rec, seeded in starts:
-        how, child = lineage_entry(rec) or ("", str(rec.value))
+    for key, (rec, seeded) in starts.items():
+        entry = SourceChild.of(rec)
+        child = entry.run_id if entry is not None else str(rec.value)
         if seeded and _result_in(awaited, key, child):
             continue  # its outcome is in the journal: replayed as recorded
         stored = await store.get_run(child) or await store.get_tombstone(child)
