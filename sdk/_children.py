@@ -38,23 +38,25 @@ from sdk._ops import Op, Outcome, WaitOp, tag
 from sdk._outbox import ChannelDef, Intent
 from sdk._retry import RetryPolicy
 from sdk._runs import DEFAULT_CANCEL_GRACE, cancel_run
-from sdk._serde import converter, dumps, encode_exception, loads, rebuild_exception
+from sdk._serde import converter, dumps, encode_exception, rebuild_exception
 from sdk._starting import new_run
+from sdk._treecopy import SourceChild, copy_child, outcome_payload
 from sdk._types import ErrorInfo, Reason, RunOptions, RunStatus
 from sdk.errors import (
     ChildFailed,
+    CorruptRecord,
     IdempotencyConflict,
     InvalidArgument,
     RunCanceled,
 )
-from stores.protocol import EventType, Mailbox, NewRun, StepEvent
+from stores.protocol import EventType, Mailbox, NewRun, StartOutcome, StepEvent
 
 if TYPE_CHECKING:
     from sdk._activation import Activation
     from sdk._clock import Clock
     from sdk._flowdef import FlowDef
     from sdk._values import Serializer
-    from stores.protocol import Store, StoredRun
+    from stores.protocol import Store
 
 __all__ = [
     "CASCADE_CHANNEL",
@@ -279,41 +281,75 @@ class ChildWaitOp(WaitOp):
 
 
 async def start_all(act: Activation, ops: list[ChildOp]) -> None:
-    """Start the children of one round: one pipeline of starts, one of records."""
+    """Start the children of one round: one pipeline of starts, one of records. In a
+    replayed or forked run, a child its source started is reused or copied instead
+    (`sdk._treecopy`): those starts cost a call each."""
     writes = act.writes
     batch = writes.batch()
     try:
         now = act.clock.time()
         news = [attrs.evolve(op.new, created_at=now) for op in ops]
+        copied = [_source_child(act, op) for op in ops]
+        for i, (op, src) in enumerate(zip(ops, copied, strict=True)):
+            if src is not None and src.run_id == op.new.run_id:  # the source's own id: taken
+                base = act.run_id + (f"~g{act.stored.generation}" if act.stored.generation else "")
+                news[i] = attrs.evolve(news[i], run_id=child_run_id(base, op.key))
+        fresh = [i for i, src in enumerate(copied) if src is None or src.how == "rerun"]
         data = [
-            dumps({"flow": n.flow, "queue": n.queue, "priority": n.priority,
-                   "parent_run_id": act.run_id, "step": op.key})
-            for op, n in zip(ops, news, strict=True)
+            dumps({"flow": news[i].flow, "queue": news[i].queue, "priority": news[i].priority,
+                   "parent_run_id": act.run_id, "step": ops[i].key})
+            for i in fresh
         ]  # fmt: skip
-        started = await writes.guard(act.store.create_runs(news, data))
+        started: list[StartOutcome | None] = [None] * len(ops)
+        if fresh:
+            created = await writes.guard(act.store.create_runs([news[i] for i in fresh], data))
+            for i, out in zip(fresh, created, strict=True):
+                started[i] = out
+        for i, src in enumerate(copied):
+            if src is not None and src.how == "replay":
+                started[i] = await _replayed(act, news[i], src)
         for op in ops:  # the children exist, the parent's journal does not say so yet
             act.call_finished(op)
         r = batch.round
         recs: list[Record] = []
         events: list[StepEvent | None] = []
         outcomes: list[Outcome] = []
-        for op, n, out in zip(ops, news, started, strict=True):
-            if out.conflict:
-                exc = IdempotencyConflict(
+        for op, n, out, src in zip(ops, news, started, copied, strict=True):
+            conflict = None
+            if out is not None and out.conflict:
+                conflict = IdempotencyConflict(
                     f"run {act.run_id!r}: start_child({n.flow!r}) at {op.key!r}: run "
                     f"{n.run_id!r} already exists with different arguments or flow"
                 )
+            elif out is None and src is not None and src.args_hash not in (None, n.args_hash):
+                conflict = IdempotencyConflict(
+                    f"run {act.run_id!r}: start_child({n.flow!r}) at {op.key!r}: the source "
+                    f"run's child {src.run_id!r} was started with other arguments; its recorded "
+                    "result is not reused, and it is not run again"
+                )
+            if conflict is not None:
+                exc = conflict
                 error = encode_exception(exc)
                 recs.append(Record(op.key, op.pos, Kind.CHILD, State.FAILED, error=error,
                                    reason=Reason.FLOW_ERROR, r=r))  # fmt: skip
                 events.append(None)
                 outcomes.append(Outcome(error=tag(exc, op.key, Reason.FLOW_ERROR)))
                 continue
-            recs.append(Record(op.key, op.pos, Kind.CHILD, State.OK, value=n.run_id, r=r))
-            events.append(StepEvent(EventType.CHILD_STARTED, dumps(
-                {"child_run_id": n.run_id, "flow": n.flow, "created": out.created}
-            )))  # fmt: skip
-            outcomes.append(Outcome(ChildHandle(n.run_id, n.flow, op.fd)))
+            if out is None:  # reused: the source's child, whose outcome is in the mailbox
+                assert src is not None
+                child = src.run_id
+                events.append(StepEvent(EventType.SIDE_EFFECT_REUSED, dumps(
+                    {"child_run_id": child, "source_run_id": act.stored.source_run_id}
+                )))  # fmt: skip
+            else:
+                child = n.run_id
+                said: dict[str, Any] = {"child_run_id": child, "flow": n.flow,
+                                        "created": out.created}  # fmt: skip
+                if src is not None:
+                    said["source_run_id"] = src.run_id
+                events.append(StepEvent(EventType.CHILD_STARTED, dumps(said)))
+            recs.append(Record(op.key, op.pos, Kind.CHILD, State.OK, value=child, r=r))
+            outcomes.append(Outcome(ChildHandle(child, n.flow, op.fd)))
         written = await writes.guard(
             act.store.record_many(
                 act.run_id, act.fence, [(rec.key, rec.to_json()) for rec in recs],
@@ -328,6 +364,29 @@ async def start_all(act: Activation, ops: list[ChildOp]) -> None:
             batch.outcomes.append((op, outcome))
     finally:
         writes.leave(batch)
+
+
+def _source_child(act: Activation, op: ChildOp) -> SourceChild | None:
+    """What a replayed or forked run does at this ``start_child`` call, when its source
+    made it (`sdk._treecopy`); None: start it as any run would."""
+    if not act.has_lineage:
+        return None
+    rec = act.lineage_record(op.key, op.pos, Kind.CHILD)
+    return SourceChild.of(rec) if rec is not None else None
+
+
+async def _replayed(act: Activation, new: NewRun, src: SourceChild) -> StartOutcome:
+    """Create the child `new` as a replay of the source's child `src`."""
+    stored = await act.writes.guard(act.store.get_run(src.run_id))
+    if stored is None:  # deleted meanwhile: started afresh
+        outs: list[StartOutcome] = await act.writes.guard(act.store.create_runs([new], [""]))
+        return outs[0]
+    got = await act.writes.guard(
+        copy_child(act.store, new, stored, src.children, act.engine.registry)
+    )
+    if got is not None and got is not True:
+        raise CorruptRecord(new.run_id, got.key or "", got.detail or str(got.why))
+    return StartOutcome(created=got is None, status=RunStatus.PENDING)
 
 
 def make_child_op(base: str, key: str, pos: int, new: NewRun, fd: FlowDef | None,
@@ -357,27 +416,13 @@ def internal_channels(store: Store, clock: Clock) -> dict[str, ChannelDef]:
     }
 
 
-def _outcome_payload(stored: StoredRun | None, child_id: str) -> dict[str, Any]:
-    """What the parent's wait receives: the child's status and result or error."""
-    if stored is None:
-        error = ErrorInfo("sdk.errors:RunNotFound", f"child run {child_id!r} was deleted")
-        return {"status": "failed", "error": converter.unstructure(error)}
-    out: dict[str, Any] = {"status": stored.status.value, "reason": stored.reason}
-    if stored.result is not None:
-        out["result"] = loads(stored.result)
-        out["result_type"] = stored.result_type
-    if stored.error is not None:
-        out["error"] = loads(stored.error)
-    return out
-
-
 async def tell_parent(store: Store, clock: Clock, payload: dict[str, Any]) -> None:
     """Deliver a child's end to its parent's mailbox (once: a dedup id)."""
     parent, child = payload["parent"], payload["child"]
     stored = await store.get_run(child) or await store.get_tombstone(child)
     if stored is not None and not stored.status.is_terminal:
         return  # resumed meanwhile: it tells its parent again when it ends
-    body = _outcome_payload(stored, child)
+    body = outcome_payload(stored, child)
     await store.signal(
         parent, Mailbox(payload["mailbox"], False), dumps(body), f"{CHILD_CHANNEL}:{child}",
         now=clock.time(), event_data=dumps({"child_run_id": child, "status": body["status"]}),

@@ -33,6 +33,7 @@ from sdk._intercept import Interceptor
 from sdk._lineage import Lineages
 from sdk._queuing import Queuing
 from sdk._registry import Registry
+from sdk._rewind import read_rewind
 from sdk._runs import DEFAULT_CANCEL_GRACE, cancel_run, raise_refused, refusal_error
 from sdk._schedclient import ScheduleClient
 from sdk._sending import EventSending
@@ -47,12 +48,16 @@ from sdk.errors import (
     QueueFull,
     SerializationError,
 )
-from stores.protocol import CorruptData, Mailbox, Refused
+from stores.protocol import CorruptData, Mailbox, Refusal, Refused
 
 if TYPE_CHECKING:
     from stores.protocol import Store
 
 __all__ = ["Authorizer", "Client", "RunHandle"]
+
+#: How often `resume` reads a canceled run again when it changed meanwhile (it was
+#: resumed and canceled again between the read and the write).
+_REREADS = 5
 
 
 class Client(History, Lineages, EventSending, Queuing, ScheduleClient, Exporting):
@@ -228,9 +233,10 @@ class Client(History, Lineages, EventSending, Queuing, ScheduleClient, Exporting
     ) -> bool:  # fmt: skip
         """Send the signal `name` to a run; kept until a `wait_for(name)` consumes it.
 
-        Returns False when `dedup_id` was already delivered to this run.
-        Raises `InvalidTransition` for a terminal run (nothing is written) and
-        `RunNotFound` for an unknown one.
+        Returns False when `dedup_id` was already delivered to this run, in any
+        status (also once the run ended: a retried delivery is answered as a
+        duplicate). Raises `InvalidTransition` for a new signal to a terminal
+        run (nothing is written) and `RunNotFound` for an unknown one.
         """
         check_id(run_id, "run_id")
         check_name(name, "signal name")
@@ -355,12 +361,15 @@ class Client(History, Lineages, EventSending, Queuing, ScheduleClient, Exporting
     ) -> RunHandle:
         """Continue a failed, canceled or waiting run from its checkpoint.
 
-        A waiting run continues from its checkpoint head; a failed or canceled
-        run from its newest checkpoint before it finished. A failed run's
+        A waiting run continues from its checkpoint head; a failed run from
+        its newest checkpoint before it finished; a canceled run from its
+        newest checkpoint before its flow was given the cancel. A failed run's
         recorded failure (of the step that failed, when a step failed) is
-        discarded so that step runs again; every other recorded step is kept
-        and not re-run. A run that failed on non-determinism resumes with the
-        fixed code. The one audited way out of a terminal status.
+        discarded so that step runs again; a canceled run's cancel and what
+        its cleanup recorded after it are discarded, so it is not canceled
+        again; every other recorded step is kept and not re-run. A run that
+        failed on non-determinism resumes with the fixed code. The one audited
+        way out of a terminal status.
 
         Args:
             force: skip re-evaluating the run's policy: the authorizer is asked
@@ -398,9 +407,16 @@ class Client(History, Lineages, EventSending, Queuing, ScheduleClient, Exporting
         said: dict[str, Any] = {"actor": actor, "from": stored.status.value, "force": force}
         if version is not None:
             said.update(version=version, from_version=stored.flow_version)
-        refused = await self.store.resume(
-            run_id, discard, now=self.clock.time(), event_data=dumps(said), version=version
-        )
+        for _ in range(_REREADS):
+            rewind = None
+            if stored.status is RunStatus.CANCELED:
+                rewind = await read_rewind(self.store, run_id)
+            refused = await self.store.resume(
+                run_id, discard, now=self.clock.time(), event_data=dumps(said),
+                version=version, rewind=rewind,
+            )  # fmt: skip
+            if refused is None or refused.why is not Refusal.CHANGED:
+                break  # (changed: resumed and canceled again since it was read)
         raise_refused(run_id, refused)
         return RunHandle(self, run_id)
 

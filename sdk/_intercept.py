@@ -108,6 +108,11 @@ class Interceptor:
     def step_finished(self, run_id: str, key: str, attempt: int) -> None:
         """After the body returned, before its result is recorded."""
 
+    def step_ended(self, run_id: str, key: str, attempt: int, error: BaseException | None) -> None:
+        """After every attempt's body, before its outcome is recorded: the body
+        returned (`error` is None; `step_finished` follows) or raised `error`
+        (its failure or retry is recorded next; then `step_failed`)."""
+
     def call_started(self, run_id: str, key: str, kind: str) -> None:
         """A durable call begins. By `kind`:
 

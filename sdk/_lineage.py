@@ -16,10 +16,10 @@ from sdk._checks import (
     show,
 )
 from sdk._clientbase import ClientBase, RunHandle
-from sdk._journal import Kind, Record, State
 from sdk._retry import RetryPolicy
 from sdk._runs import raise_refused, run_record
 from sdk._serde import converter, dumps
+from sdk._treecopy import CHILDREN, create_copies, plan_copy
 from sdk._types import EventType, Reason, RunOptions, RunStatus, Versions
 from sdk.errors import CorruptRecord, Forbidden, InvalidArgument, InvalidTransition, RunNotFound
 from stores.protocol import CheckpointKind, CorruptData, Lineage, NewRun
@@ -31,7 +31,6 @@ FORK_OPTIONS = frozenset(
     {"queue", "priority", "tenant_id", "flow_version", "retry", "environment", "thread_id",
      "trace_id", "versions", "policy_snapshot_id"}
 )  # fmt: skip
-_REUSABLE = (Kind.STEP, Kind.NOW, Kind.UUID, Kind.PATCH)  # a patch: the same answer
 
 
 class Lineages(ClientBase):
@@ -44,6 +43,7 @@ class Lineages(ClientBase):
         checkpoint_id: str | None = None,
         actor: str | None = None,
         new_run_id: str | None = None,
+        children: str = "reuse",
     ) -> RunHandle:
         """Re-execute a run as a new run from one of its checkpoints (default: the first).
 
@@ -58,8 +58,16 @@ class Lineages(ClientBase):
         first run, so a re-executed side effect can be deduplicated remotely.
         From the finish of a failed run, the failure that failed it is left out
         (as `resume` discards it), so the failing call runs again.
+
+        `children` says what the new run does with the child runs the source
+        started: ``"reuse"`` (default) reuses a child that completed (none of
+        its steps runs again; the new run's handle is the source's child, and
+        ``result()`` returns its recorded result) and replays the others;
+        ``"replay"`` replays every child as a new child of the new run (its
+        recorded step results reused under their policies, its own children
+        under the same option); ``"rerun"`` starts every child afresh.
         """
-        return await self._derive("replay", run_id, checkpoint_id, actor, new_run_id, {})
+        return await self._derive("replay", run_id, checkpoint_id, actor, new_run_id, {}, children)
 
     async def fork(
         self,
@@ -68,6 +76,7 @@ class Lineages(ClientBase):
         checkpoint_id: str | None = None,
         actor: str | None = None,
         new_run_id: str | None = None,
+        children: str = "reuse",
         **options: Any,
     ) -> RunHandle:
         """Like `replay`, from a checkpoint (default: the head), with other options.
@@ -84,7 +93,9 @@ class Lineages(ClientBase):
             raise InvalidArgument(
                 f"fork: unknown option(s) {sorted(unknown)}; known: {sorted(FORK_OPTIONS)}"
             )
-        return await self._derive("fork", run_id, checkpoint_id, actor, new_run_id, options)
+        return await self._derive(
+            "fork", run_id, checkpoint_id, actor, new_run_id, options, children
+        )
 
     async def _derive(
         self,
@@ -94,8 +105,14 @@ class Lineages(ClientBase):
         actor: str | None,
         new_run_id: str | None,
         options: dict[str, Any],
+        children: str,
     ) -> RunHandle:
         check_id(run_id, "run_id")
+        if children not in CHILDREN:
+            raise InvalidArgument(
+                f"{kind}(): children must be one of {', '.join(map(repr, CHILDREN))}, "
+                f"got {show(children)}"
+            )
         if checkpoint_id is not None and (
             isinstance(checkpoint_id, bool) or not isinstance(checkpoint_id, (str, int))
         ):
@@ -145,17 +162,23 @@ class Lineages(ClientBase):
             and err.reason != Reason.NON_DETERMINISM
             else None
         )
-        seed, lineage = _split(source, chosen.seq, dropped)
         new = self._new_run(kind, source, rec.flow, str(wanted), new_run_id, options)
+        copy = await plan_copy(self.store, source, chosen.seq, dropped, children, new.run_id)
         event = {
             "source_run_id": run_id, "source_checkpoint_id": str(wanted), "actor": actor,
             "options": sorted(options),
         }  # fmt: skip
+        if children != "reuse":
+            event["children"] = children
         refused = await self.store.derive_run(
-            new, seed, sorted(lineage.items()),
+            new, copy.seed, sorted(copy.lineage.items()),
             EventType.RUN_REPLAYED if kind == "replay" else EventType.RUN_FORKED, dumps(event),
+            copy.mail,
         )  # fmt: skip
         raise_refused(new.run_id, refused)
+        # the children its journal names whose outcome it must wait for: after it, so
+        # that their end finds their parent
+        await create_copies(self.store, copy.children, new, self.registry)
         return self.handle(new.run_id)
 
     def _new_run(
@@ -208,25 +231,3 @@ def _check_fork_options(options: dict[str, Any]) -> None:
             check_options(RunOptions(versions=value))
         else:
             check_optional_id(value, what)
-
-
-def _split(
-    source: Lineage, upto: int, dropped: str | None
-) -> tuple[list[tuple[str, str]], dict[str, str]]:
-    """The new run's journal (the source's records up to checkpoint write `upto`) and
-    its lineage (the results after it that steps may reuse)."""
-    seed: list[tuple[str, str]] = []
-    lineage: dict[str, str] = dict(source.lineage)  # the source's own, still unused
-    for key, raw in source.journal.items():
-        if key == dropped:
-            continue
-        parsed = Record.from_json(raw)
-        if source.written.get(key, 0) <= upto:
-            # before the checkpoint: replayed as it is, except what waits again
-            if parsed.state in (State.OK, State.FAILED, State.TIMEOUT):
-                seed.append((key, raw))
-        elif parsed.state is State.OK and parsed.kind in _REUSABLE:
-            lineage[key] = raw
-    for key, _ in seed:
-        lineage.pop(key, None)
-    return seed, lineage

@@ -38,6 +38,16 @@ class Observing:
     def step_finished(self, op: StepOp, attempt: int) -> None:
         self._hooks("step_finished", op, attempt)
 
+    def step_ended(self, op: StepOp, attempt: int, error: BaseException | None) -> None:
+        """An attempt's body returned or raised, its outcome not recorded yet
+        (interceptors may crash here)."""
+        try:
+            for hook in self.engine.interceptors:
+                hook.step_ended(self.run_id, op.key, attempt, error)
+        except Abandon:
+            self.abandon()
+            raise
+
     def _call_hooks(self, op: Op, finished: bool = False) -> None:
         self.call_hooks(op.key, op.kind.value, finished)
 

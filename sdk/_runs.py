@@ -193,4 +193,6 @@ def refusal_error(run_id: str, refused: Refused, *, what: str = "") -> Steadyflo
         return IdempotencyConflict(f"run {run_id!r} already exists")
     if why is Refusal.CORRUPT:
         return CorruptRecord(run_id, refused.key or "", refused.detail or "")
+    if why is Refusal.CHANGED:
+        return SteadyflowError(f"run {run_id!r} kept changing while it was read; try again")
     return LeaseLost(f"run {run_id!r}: lease lost; nothing was written")

@@ -164,6 +164,8 @@ async def _attempts(act: Activation, op: StepOp, attempts: int) -> None:
             _step_var.reset(token)
         if failure is not None:
             attempts += 1
+            if hooks:
+                act.step_ended(op, attempts, failure)
             due = await _failed(act, op, failure, attempts, policy, rh)
             if hooks:
                 act.step_failed(op, attempts, failure, due is not None)
@@ -177,6 +179,7 @@ async def _attempts(act: Activation, op: StepOp, attempts: int) -> None:
             await asyncio.sleep(max(delay, 0.0))
             continue
         if hooks:
+            act.step_ended(op, attempts + 1, None)
             act.step_finished(op, attempts + 1)
         try:
             data, tpath = act.serializer.encode(value, spec.return_type(), op.what)

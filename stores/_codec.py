@@ -231,6 +231,7 @@ _REFUSALS = {
     "forbidden": Refusal.FORBIDDEN,
     "exists": Refusal.EXISTS,
     "corrupt": Refusal.CORRUPT,
+    "changed": Refusal.CHANGED,
 }
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from stores._base import RedisBase
 from stores._codec import mailbox_name, num, refused
-from stores.protocol import EventType, Mailbox, Refused
+from stores.protocol import EventType, Mailbox, Refused, Rewind
 
 __all__ = ["Control"]
 
@@ -72,13 +72,13 @@ class Control(RedisBase):
         now: float = 0.0,
         event_data: str = "",
         version: str | None = None,
+        rewind: Rewind | None = None,
     ) -> Refused | None:
         k = self.keys
-        reply = await self._call(
-            "resume",
-            [k.run(run_id), k.journal(run_id)],
-            [k.base_of(run_id), run_id, discard_key or "", num(now), event_data, version or ""],
-        )
+        args = [k.base_of(run_id), run_id, discard_key or "", num(now), event_data, version or ""]
+        if rewind is not None:
+            args += [str(rewind.fence), str(rewind.checkpoint_id or ""), *rewind.keys]
+        reply = await self._call("resume", [k.run(run_id), k.journal(run_id)], args)
         return refused(reply)
 
     async def delete(self, run_id: str, now: float, *, event_data: str = "") -> Refused | None:

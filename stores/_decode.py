@@ -109,6 +109,7 @@ def stored_run(run_id: str, h: dict[str, str], key: str = "") -> StoredRun:
             retry=_opt(h.get("retry")),
             format_version=int(h.get("v", 1)),
             generation=int(h.get("gen") or 0),
+            args_hash=_opt(h.get("args_hash")),
         )
     except (KeyError, ValueError):
         return damaged_run(run_id, h, key)
@@ -231,6 +232,7 @@ def damaged_run(run_id: str, h: dict[str, str], key: str, what: str | None = Non
         retry=_opt(fields.get("retry")),
         format_version=fields.get("v", 1),
         generation=fields.get("gen", 0),
+        args_hash=_opt(fields.get("args_hash")),
         damage=f"{key}: {'; '.join(problems)}" if problems else None,
     )
 
@@ -242,7 +244,7 @@ _FIELDS = (
     "environment", "versions", "policy_snapshot_id", "cp_n", "resume_from_checkpoint_id",
     "source_run_id", "source_checkpoint_id", "root_run_id", "retry", "v", "gen",
     "parent", "top", "pclose", "ckey", "start_at",
-    "schedule", "lease_owner", "lease_exp",
+    "schedule", "lease_owner", "lease_exp", "args_hash",
 )  # fmt: skip
 
 

@@ -204,6 +204,7 @@ class StoredRun:
     schedule_id: str | None = None  # the schedule whose tick started the run (field schedule)
     lease_owner: str | None = None  # the worker holding the run's lease, while one does
     lease_expires_at: float | None = None  # ...and when that lease runs out unless renewed
+    args_hash: str | None = None  # what a start with the same id compares (`NewRun.args_hash`)
     damage: str | None = None
     """What of the stored record could not be read ("<key>: <what>; ..."), None
     when all of it could: the fields it names hold their defaults here, and a
@@ -288,6 +289,19 @@ class Lineage:
 
 
 @attrs.frozen
+class Rewind:
+    """What resuming a canceled run whose flow was given its cancel discards
+    (`Store.resume`): the journal records at `keys` (the cancel, and what the
+    flow's cleanup wrote after it), chosen by the engine from the run as it read
+    it at fencing token `fence`. The run continues from checkpoint
+    `checkpoint_id` (0: none)."""
+
+    fence: int
+    keys: tuple[str, ...]
+    checkpoint_id: int
+
+
+@attrs.frozen
 class StoredEvent:
     """One event of a run's log, with its stable cursor."""
 
@@ -360,6 +374,7 @@ class Refusal(enum.Enum):
     FENCED = "fenced"  # the activation's lease is lost
     EXISTS = "exists"  # the new run's id is taken
     CORRUPT = "corrupt"  # the run's stored data cannot be worked with (`key`, `detail`)
+    CHANGED = "changed"  # the run changed since the caller read it (`status`: now): read again
 
 
 @attrs.frozen

@@ -57,6 +57,7 @@ from stores._records import (
     Refusal,
     Refused,
     Renewal,
+    Rewind,
     StartOutcome,
     StepEvent,
     StoredCheckpoint,
@@ -105,6 +106,7 @@ __all__ = [
     "Refusal",
     "Refused",
     "Renewal",
+    "Rewind",
     "RunStatus",
     "ScheduleFire",
     "ScheduleOp",
@@ -190,9 +192,13 @@ class Store(
         lineage: Sequence[tuple[str, str]],
         event_type: EventType,
         event_data: str,
+        mail: Sequence[tuple[Mailbox, str, str]] = (),
     ) -> Refused | None:
         """Create a replayed/forked run seeded with `journal` and `lineage` records,
-        announced by an `event_type` event (`run.replayed`, `run.forked`).
+        announced by an `event_type` event (`run.replayed`, `run.forked`); its
+        mailboxes start with `mail` (mailbox, payload, dedup id: the id is kept
+        as a `signal`'s would be). A run with `NewRun.parent_run_id` is listed
+        among that run's children (`list_runs(parent_run_id=...)`).
         `Refusal.EXISTS` when the id is taken (so also when repeated)."""
         ...
 
@@ -456,11 +462,13 @@ class Store(
         event_data: str = "",
         decision_by: str | None = None,
     ) -> bool | Refused:
-        """Deliver to a mailbox: True, or False for a repeated `dedup_id`. With
-        `decision_by` (an approval or denial) the run must be waiting on that
-        mailbox (`NOT_WAITING`) and the actor among its approvers if the wait
-        names some (`FORBIDDEN`, audited). A finished run: `TRANSITION`.
-        Without a `dedup_id`, a repeated call delivers a second signal."""
+        """Deliver to a mailbox: True, or False for a repeated `dedup_id`, in
+        any status (a duplicate is recognised before the checks below, and
+        writes nothing). With `decision_by` (an approval or denial) the run
+        must be waiting on that mailbox (`NOT_WAITING`) and the actor among its
+        approvers if the wait names some (`FORBIDDEN`, audited). A finished run:
+        `TRANSITION`. Without a `dedup_id`, a repeated call delivers a second
+        signal."""
         ...
 
     async def audit(
@@ -508,11 +516,21 @@ class Store(
         now: float = 0.0,
         event_data: str = "",
         version: str | None = None,
+        rewind: Rewind | None = None,
     ) -> Refused | None:
         """Continue a failed, canceled or waiting run, dropping the record at
         `discard_key` (the failure that failed it): the run is queued again,
         and a canceled run's canceled intents are pending again.
         `TRANSITION` from any other status (so also when repeated).
+
+        With `rewind` (a canceled run), its records at `rewind.keys` are dropped
+        too, and their step_completed checkpoints are still listed by
+        `checkpoints`; the intents those records made stay canceled for good;
+        ``resume_from_checkpoint`` becomes `rewind.checkpoint_id`; a worker that
+        keeps the run in memory (`suspend` with `sticky`) must not continue it
+        (its next claim reads the journal). `CHANGED` (with the status now)
+        when the run is not canceled at fencing token `rewind.fence` any more:
+        nothing is written; read it again.
 
         With `version`, the run's ``flow_version`` becomes `version` too, and a
         queued run no activation holds (``pending``, or ``replaying`` after its

@@ -23,7 +23,7 @@ from stores import _codec, _decode
 from stores._children import Children
 from stores._claiming import Claiming
 from stores._cluster import CLUSTER_SCHEMES, DEFAULT_PARTITIONS, cluster_clients
-from stores._codec import num
+from stores._codec import mailbox_name, num
 from stores._control import Control
 from stores._events import Events
 from stores._keys import SUFFIX, Keys
@@ -239,6 +239,7 @@ class RedisStore(Claiming, Reads, Control, Outbox, Workers, Events, Schedules, C
         lineage: Sequence[tuple[str, str]],
         event_type: EventType,
         event_data: str,
+        mail: Sequence[tuple[Mailbox, str, str]] = (),
     ) -> Refused | None:
         k = self.keys
         fields = _codec.run_fields(new)
@@ -249,6 +250,8 @@ class RedisStore(Claiming, Reads, Control, Outbox, Workers, Events, Schedules, C
                 k.base_of(new.run_id), new.run_id, new.args_hash, str(event_type), event_data,
                 str(len(fields) // 2), *fields,
                 str(len(journal)), *(x for pair in journal for x in pair),
+                str(len(mail)),
+                *(x for box, payload, dedup in mail for x in (mailbox_name(box), payload, dedup)),
                 *(x for pair in lineage for x in pair),
             ],
         )  # fmt: skip

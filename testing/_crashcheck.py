@@ -1,7 +1,9 @@
 """`check_crash_everywhere`: prove that a flow survives a crash at every point.
 
-One clean run enumerates the intercept points (an interceptor notes each one
-as it is reached); then, for each point, a run from scratch on a fresh env
+One clean run enumerates the intercept points of the run and of the child
+runs it starts, and their children (an interceptor notes each one as it is
+reached; other runs, a schedule's ticks say, are not looked at); then, for
+each point, a run from scratch on a fresh env
 over an emptied ``memory://`` store crashes there once (`FlowTestEnv.crash_at`), recovers when
 the fake clock passes its lease, is driven to the end, and is compared with
 the clean run: the same outcome, no step run again unless the crash cut it off
@@ -21,7 +23,7 @@ from typing import Any, Literal
 import attrs
 
 from sdk._context import _run_var
-from sdk._intercept import Interceptor
+from sdk._intercept import ActivationInfo, Interceptor
 from sdk._journal import Kind, State
 from sdk._registry import Registry
 from sdk._types import ErrorInfo, RunStatus
@@ -41,10 +43,13 @@ _LEASE_TTL = 30.0
 
 @attrs.frozen
 class CrashPoint:
-    """Where a crash is injected: ``"before"`` or ``"after"`` the call with `key`.
+    """Where a crash is injected: ``"before"`` or ``"after"`` the call with `key`
+    (for a step, at its attempt `attempt`).
 
-    - A step (``"charge#1"``): ``"before"`` its body runs; ``"after"``, the
-      body ran and its result (with the intents it emitted) is not recorded.
+    - A step (``"charge#1"``): ``"before"`` an attempt's body runs;
+      ``"after"``, the body ran, returning or raising, and its outcome (the
+      result with the intents it emitted, or the failure or retry) is not
+      recorded. Each attempt the run made is a point of its own.
     - A wait or a sleep (``"~wait:approval#1"``, ``"~sleep#1"``): ``"before"``,
       the flow reached it and nothing of it was written yet; ``"after"``, its
       outcome (the signal taken, the timer fired) is recorded and the flow
@@ -66,9 +71,11 @@ class CrashPoint:
 
     key: str
     when: Literal["before", "after"]
+    attempt: int = 1
 
     def __str__(self) -> str:
-        return f"{self.when} {self.key!r}"
+        tail = f" (attempt {self.attempt})" if self.attempt != 1 else ""
+        return f"{self.when} {self.key!r}{tail}"
 
 
 @attrs.frozen
@@ -109,9 +116,12 @@ async def check_crash_everywhere(
     """Run `flow` once clean, then once per intercept point with a crash there.
 
     Each run starts from scratch: a fresh `FlowTestEnv` on an empty
-    ``memory://`` store, its fake clock at the same instant. The points (see `CrashPoint`) are
-    before and after each step, wait, sleep, child start, outbox emit and
-    intent delivery, as the clean run reached them. A crashed run recovers the
+    ``memory://`` store, its fake clock at the same instant. The points (see
+    `CrashPoint`) are before and after each step attempt (failed ones too),
+    wait, sleep, child start, outbox emit and intent delivery, as the clean run
+    and the child runs it started (and theirs) reached them; other runs the
+    env executes (a ``@scheduled`` flow's ticks, runs a step started with a
+    client) are not checked. A crashed run recovers the
     way a dead worker's run (or delivery) does: its lease expires (the clock
     moves past it) and a fresh activation replays the journal. Then it must
     end as the clean run did (status, result, error), and:
@@ -218,9 +228,12 @@ class _Trial:
 
 
 class _Probe(Interceptor):
-    """Notes the intercept points reached, and each run of a step's body."""
+    """Notes the intercept points reached, and each run of a step's body, of the
+    checked run and its tree of child runs (`tree`); other runs are not its
+    business."""
 
-    def __init__(self) -> None:
+    def __init__(self, root: str = _RUN_ID) -> None:
+        self.tree = {root}  # the checked run, and the runs it started (and theirs)
         self.points: dict[CrashPoint, None] = {}  # in the order first reached
         self.runs: Counter[tuple[str, str]] = Counter()  # (run id, step key) -> bodies run
         self.deliveries: Counter[str] = Counter()  # "~deliver:" point key -> handlers called
@@ -230,27 +243,36 @@ class _Probe(Interceptor):
         self.ran_before_crash: frozenset[tuple[str, str]] = frozenset()
         self.recorded_at_crash: frozenset[str] = frozenset()  # step keys of `crash_run`
 
-    def _reached(self, key: str, when: Literal["before", "after"]) -> None:
-        self.points.setdefault(CrashPoint(key, when))
+    def _reached(self, key: str, when: Literal["before", "after"], attempt: int = 1) -> None:
+        self.points.setdefault(CrashPoint(key, when, attempt))
+
+    def activation_started(self, info: ActivationInfo) -> None:
+        # a child's first activation comes after its parent's start of it
+        if info.parent_run_id in self.tree:
+            self.tree.add(info.run_id)
 
     # The env's crash interceptor comes first: a body the crash stops before
     # it runs is not counted, one it cuts off after it ran is.
     def step_started(self, run_id: str, key: str, attempt: int) -> None:
-        self._reached(key, "before")
-        self.runs[run_id, key] += 1
-        self.run_ids.add(run_id)
+        if run_id in self.tree:
+            self._reached(key, "before", attempt)
+            self.runs[run_id, key] += 1
+            self.run_ids.add(run_id)
 
-    def step_finished(self, run_id: str, key: str, attempt: int) -> None:
-        self._reached(key, "after")
+    def step_ended(self, run_id: str, key: str, attempt: int, error: BaseException | None) -> None:
+        if run_id in self.tree:
+            self._reached(key, "after", attempt)
 
     def call_started(self, run_id: str, key: str, kind: str) -> None:
-        self._reached(key, "before")
-        self.run_ids.add(run_id)
-        if kind == "deliver":
-            self.deliveries[key] += 1
+        if run_id in self.tree:
+            self._reached(key, "before")
+            self.run_ids.add(run_id)
+            if kind == "deliver":
+                self.deliveries[key] += 1
 
     def call_finished(self, run_id: str, key: str, kind: str) -> None:
-        self._reached(key, "after")
+        if run_id in self.tree:
+            self._reached(key, "after")
 
     def crash(self, key: str, when: Literal["before", "after"]) -> None:
         """The env's crash interceptor fires: note what the activation had recorded."""
@@ -329,7 +351,9 @@ async def _trial(
 ) -> _Trial:
     """One run of the flow on an empty store, crashed at `point` (None: the clean
     run); without `outbox`, its worker claims no outbox intents."""
-    probe = _Probe()
+    options = dict(kwargs)
+    options.setdefault("run_id", _RUN_ID)
+    probe = _Probe(options["run_id"])
     what = "the run without a crash" if point is None else f"crash {point}"
     store = await shared.store()
     env = _Env(probe, shared.clock(), store, registry=registry, lease_ttl=_LEASE_TTL)
@@ -337,9 +361,7 @@ async def _trial(
         if not outbox:
             env.worker.dispatcher.channels = dict  # serves no channel: claims nothing
         if point is not None:
-            env.crash_at(point.key, point.when)
-        options = dict(kwargs)
-        options.setdefault("run_id", _RUN_ID)
+            env.crash_at(point.key, point.when, attempt=point.attempt)
         handle = await env.start(flow, *args, **options)
         await env.run_until_idle()
         if drive is not None:
@@ -374,6 +396,8 @@ class _Env(FlowTestEnv):
         self._probe = probe
         self._interceptors.append(probe)  # after the crash interceptor
         self._crashes.on_fire = probe.crash
+        self._crashes.runs = probe.tree.__contains__  # the checked tree's runs only
+        self._check_crashes = False  # a point never reached again: `_check` says why
         self.recovered = False
 
     async def run_until_idle(self) -> None:

@@ -98,6 +98,7 @@ class FlowTestEnv:
         self._client: Client | None = None
         self._worker: Worker | None = None
         self._crashes = CrashPoints()
+        self._check_crashes = True  # leaving with a crash point that never fired raises
         self._timings = Timings(self.clock)
         # the test kit's own first: a crash point stops the activation before a
         # user interceptor (tracing, say) sees the call
@@ -147,6 +148,14 @@ class FlowTestEnv:
             await self._store.close()
         if self._started_clock:
             self.clock.stop()
+        # a crash point that never fired; an error of the test itself goes first
+        unfired = self._crashes.unfired()
+        if unfired and exc[0] is None and self._check_crashes:
+            raise AssertionError(
+                f"crash_at: no run of this env reached {', '.join(unfired)}: the crash "
+                "never happened (a key the runs never called, an attempt they never "
+                "made, or a step replayed from the journal instead of run)"
+            )
 
     @property
     def store(self) -> Store:
@@ -197,24 +206,37 @@ class FlowTestEnv:
             await self.worker._poll()
         await self.run_until_idle()
 
-    def crash_at(self, step_key: str, when: Literal["before", "after"] = "after") -> None:
+    def crash_at(
+        self,
+        step_key: str,
+        when: Literal["before", "after"] = "after",
+        *,
+        attempt: int | None = None,
+    ) -> None:
         """Simulate the worker process dying at `step_key`, once.
 
         ``"before"``: before the step's body runs; ``"after"``: after it ran
-        but before its result was recorded (so it will run again, with the
-        same `current_step().idempotency_key`). The key of a wait or a sleep
-        (``"~wait:approval#1"``, ``"~sleep#1"``) takes both: ``"before"``, the
-        flow reached it and nothing of it is written; ``"after"``, its outcome
-        is recorded and the flow was not given it. A child start's key takes
-        ``"before"``. The run's
-        lease is left to expire: `advance` past the lease TTL and the run recovers.
+        but before its outcome was recorded, whether it returned or raised (so
+        it will run again, with the same `current_step().idempotency_key`; a
+        failed attempt cut off this way does not count against the retry
+        policy). `attempt`: crash at that attempt of the step only (1 for the
+        first); by default at the first attempt the runs reach. The key of a
+        wait or a sleep (``"~wait:approval#1"``, ``"~sleep#1"``) takes both:
+        ``"before"``, the flow reached it and nothing of it is written;
+        ``"after"``, its outcome is recorded and the flow was not given it. A
+        child start's key takes ``"before"``. The run's lease is left to
+        expire: `advance` past the lease TTL and the run recovers.
 
         The crash is the same every time: writes the activation already sent
         complete, every other step of it (a sibling in a ``gather``) stops
         before its result is recorded, and `run_until_idle` returns only once
         all of that has settled.
+
+        A crash that never fires is an error: leaving the env (``async with``)
+        raises `AssertionError` naming each point no run reached, unless the
+        test already raised.
         """
-        self._crashes.add(step_key, when)
+        self._crashes.add(step_key, when, attempt)
 
     def stub(
         self,

@@ -447,7 +447,66 @@ async def test_a_worker_killed_during_the_cleanup_is_replaced_without_compensati
     assert journal["~cancel"]["value"] == {"reason": "customer left"}
 
 
-async def test_resuming_a_run_that_handled_its_cancel_replays_through_it(
+async def test_resuming_a_run_that_handled_its_cancel_continues_from_before_it(
+    store: RedisStore,
+) -> None:
+    async with FlowTestEnv(store=store) as env:
+        handle = await env.start(order_flow, "o-11")
+        await env.run_until_idle()
+        await env.client.cancel(handle.run_id, reason="customer left")
+        await env.run_until_idle()
+        assert await handle.status() == RunStatus.CANCELED
+        before = await env.client.checkpoints(handle.run_id)
+        assert [(c.kind, c.step_key) for c in before] == [
+            ("run_started", None), ("step_completed", "tests.cg.reserve#1"),
+            ("waiting_for_signal", None), ("step_completed", "tests.cg.release#1"),
+            ("run_finished", None),
+        ]  # fmt: skip
+
+        await env.client.resume(handle.run_id, actor="ops")
+        await env.run_until_idle()
+
+        # not canceled again: it waits where it was when the cancel came
+        assert await handle.status() == RunStatus.WAITING_FOR_SIGNAL
+        types = [e.type for e in await env.client.events(handle.run_id)]
+        assert types[types.index("run.resumed") :] == ["run.resumed", "run.waiting_for_signal"]
+        record = await env.client.get(handle.run_id)
+        assert record.resume_from_checkpoint_id == "3"  # it parked there, before the cancel
+        journal = await _journal(store, handle.run_id)
+        assert sorted(journal) == ["tests.cg.reserve#1", "~wait:paid#1"]  # no cancel, no cleanup
+        # the cleanup's checkpoint is history: still listed
+        assert (await env.client.checkpoints(handle.run_id))[: len(before)] == before
+
+        assert await env.client.signal(handle.run_id, "paid") is True
+        await env.run_until_idle()
+        assert await handle.result() == "paid"
+        assert SEEN == ["cancelled at the wait"]
+        assert RAN == {"reserve": 1, "release": 1}  # nothing recorded ran twice
+
+
+async def test_a_resumed_run_canceled_again_cleans_up_again(store: RedisStore) -> None:
+    async with FlowTestEnv(store=store) as env:
+        handle = await env.start(order_flow, "o-13")
+        await env.run_until_idle()
+        await env.client.cancel(handle.run_id, reason="customer left")
+        await env.run_until_idle()
+        await env.client.resume(handle.run_id)
+        await env.run_until_idle()
+
+        await env.client.cancel(handle.run_id, reason="out of stock")
+        await env.run_until_idle()
+
+        record = await env.client.get(handle.run_id)
+        assert (record.status, record.reason) == (RunStatus.CANCELED, "out of stock")
+        assert SEEN == ["cancelled at the wait", "cancelled at the wait"]
+        assert RAN == {"reserve": 1, "release": 2}  # the second cancel's own cleanup
+        journal = await _journal(store, handle.run_id)
+        assert journal["~cancel"]["value"] == {"reason": "out of stock"}
+        steps = [c.step_key for c in await env.client.checkpoints(handle.run_id) if c.step_key]
+        assert steps == ["tests.cg.reserve#1", "tests.cg.release#1", "tests.cg.release#1"]
+
+
+async def test_a_fork_of_a_run_that_handled_its_cancel_is_canceled_again(
     memory_store: RedisStore,
 ) -> None:
     async with FlowTestEnv(store=memory_store) as env:
@@ -455,18 +514,72 @@ async def test_resuming_a_run_that_handled_its_cancel_replays_through_it(
         await env.run_until_idle()
         await env.client.cancel(handle.run_id, reason="customer left")
         await env.run_until_idle()
-        assert await handle.status() == RunStatus.CANCELED
-        await env.client.resume(handle.run_id)
-        await env.run_until_idle()
-        # the journal gives the cancel at the same point again; nothing runs twice
-        record = await env.client.get(handle.run_id)
-        assert (record.status, record.reason) == (RunStatus.CANCELED, "customer left")
-        assert RAN == {"reserve": 1, "release": 1}
-        forked = await env.client.fork(handle.run_id)
+        forked = await env.client.fork(handle.run_id)  # from its head: after the cancel
         await env.run_until_idle()
         copy = await env.client.get(forked.run_id)
         assert (copy.status, copy.reason) == (RunStatus.CANCELED, "customer left")
+        assert RAN == {"reserve": 1, "release": 1}  # the copy replayed the cleanup
+
+
+@flow(name="tests.cg.side_wait")
+async def side_wait_flow(order: str) -> str:
+    hold_id = await reserve(order)
+    extra = asyncio.ensure_future(wait_for("extra"))  # a task the cancel does not reach
+    try:
+        await wait_for("paid")
+    except asyncio.CancelledError:
+        SEEN.append(f"cleanup got {await extra}")
+        await release(hold_id)
+        raise
+    return f"paid with {await extra}"
+
+
+async def test_a_resume_keeps_what_a_call_made_before_the_cancel_got_during_the_cleanup(
+    store: RedisStore,
+) -> None:
+    async with FlowTestEnv(store=store) as env:
+        handle = await env.start(side_wait_flow, "o-14")
+        await env.run_until_idle()
+        await env.client.cancel(handle.run_id, reason="customer left")
+        await env.run_until_idle()  # the cleanup waits for "extra"
+        await env.client.signal(handle.run_id, "extra", "gift wrap")
+        await env.run_until_idle()
+        assert await handle.status() == RunStatus.CANCELED
+
+        await env.client.resume(handle.run_id)
+        await env.run_until_idle()
+        journal = await _journal(store, handle.run_id)
+        # the wait was called before the cancel: its signal is kept, not asked again
+        assert journal["~wait:extra#1"]["value"] == "gift wrap"
+        assert "~cancel" not in journal and "tests.cg.release#1" not in journal
+        await env.client.signal(handle.run_id, "paid")
+        await env.run_until_idle()
+        assert await handle.result() == "paid with gift wrap"
+        assert SEEN == ["cleanup got gift wrap"]
         assert RAN == {"reserve": 1, "release": 1}
+
+
+async def test_a_worker_keeping_the_cleanup_in_memory_does_not_continue_it_after_a_resume(
+    store: RedisStore,
+) -> None:
+    async with FlowTestEnv(store=store) as env:  # sticky: parked runs are kept in memory
+        handle = await env.start(slow_cleanup_flow, "o-15")
+        await env.run_until_idle()
+        await env.client.cancel(handle.run_id, reason="out of stock", grace=60)
+        await env.run_until_idle()  # the cleanup parks on its sleep, kept by the worker
+        kept = env.worker.engine.sticky
+        assert kept is not None and handle.run_id in kept
+        await env.client.cancel(handle.run_id, reason="now")  # forced: the cleanup never ends
+
+        await env.client.resume(handle.run_id)
+        await env.advance(10)  # when the kept cleanup's sleep would have ended
+
+        assert await handle.status() == RunStatus.WAITING_FOR_SIGNAL  # on "paid", again
+        assert RAN == {"reserve": 1, "release": 1, "notify customer": 1}  # no "notify ops"
+        assert SEEN == ["cancelled"]
+        await env.client.signal(handle.run_id, "paid")
+        await env.run_until_idle()
+        assert await handle.result() == "paid"
 
 
 async def test_a_cancel_reaches_a_gather_whose_sibling_is_executing(store: RedisStore) -> None:
@@ -486,3 +599,52 @@ async def test_a_cancel_reaches_a_gather_whose_sibling_is_executing(store: Redis
         journal = await _journal(store, handle.run_id)
         assert journal["tests.cg.reserve#1"]["r"] < journal["~cancel"]["r"]
         assert "tests.cg.charge#1" not in journal
+
+
+@flow(name="tests.cg.process_resume")
+async def process_resume(markers: str) -> str:
+    await note(markers, "reserved")
+    try:
+        paid = await wait_for("paid")
+    except asyncio.CancelledError:
+        await note(markers, "compensated")
+        await sleep(3600)  # the cleanup parks: the worker keeps it in memory
+        raise
+    await note(markers, "shipped")
+    return f"paid {paid}"
+
+
+@pytest.mark.redis
+@pytest.mark.slow
+async def test_a_worker_process_continues_a_resumed_run_from_before_its_cancel(
+    workers: Workers, client: Client, tmp_path: Path
+) -> None:
+    markers = tmp_path / "markers"
+    worker = workers.spawn("--concurrency", "1", module="tests.test_cancel_grace")
+    run_id = f"cg-{uuid.uuid4().hex[:8]}"
+    handle = await client.start(process_resume, str(markers), run_id=run_id)
+
+    async def parked_after(event: str) -> bool:
+        types = [e.type for e in await client.events(run_id, limit=1000)]
+        return event in types and "run.waiting_for_signal" in types[types.index(event) :]
+
+    await until(lambda: parked_after("run.started"), 15, "the run to park", worker)
+    await client.cancel(run_id, reason="customer left", grace=600)
+    await until(lambda: parked_after("run.cancel_requested"), 15, "the cleanup to park", worker)
+    await client.cancel(run_id, reason="now")  # forced, with the cleanup held in memory
+
+    await client.resume(run_id, actor="ops")
+    await until(lambda: parked_after("run.resumed"), 15, "the resumed run to park", worker)
+    assert await client.signal(run_id, "paid", "in full") is True
+
+    assert await handle.result(timeout=15) == "paid in full"
+    assert [len(labelled(markers, label)) for label in ("reserved", "compensated", "shipped")] == [
+        1, 1, 1,
+    ]  # fmt: skip
+    assert "~cancel" not in (await _journal_of(client, run_id))
+
+
+async def _journal_of(client: Client, run_id: str) -> dict[str, str]:
+    lin = await client.store.read_lineage(run_id)
+    assert lin is not None
+    return lin.journal

@@ -15,7 +15,21 @@ from examples.agent import agent
 from examples.checkout import Order, Receipt, checkout, gateway
 from examples.hello import hello
 from examples.orders import Line, OrderOutcome, on_payment_webhook, order, warehouse
-from sdk import Intent, RunStatus, channel, emit, flow, now, sleep, step, wait_for
+from sdk import (
+    Intent,
+    Registry,
+    RetryPolicy,
+    RunStatus,
+    channel,
+    current_step,
+    emit,
+    flow,
+    now,
+    scheduled,
+    sleep,
+    step,
+    wait_for,
+)
 from testing import CrashPoint, FlowTestEnv, _crashcheck, check_crash_everywhere
 from testing._crashcheck import _extra_deliveries, _extra_runs, _Probe, _Shared
 
@@ -347,3 +361,86 @@ def test_each_run_of_the_check_gets_a_clock_at_the_start_that_the_wall_clock_fol
         second.advance(5)
         assert datetime.now(UTC) == start + timedelta(seconds=5)
     assert datetime.now(UTC).year != 2030  # the check's freeze ends with it
+
+
+# -- failed attempts and runs the flow did not start (issue 28) --------------------------
+
+PAYMENTS: dict[str, list[int]] = {}  # the gateway's side: idempotency key -> attempts seen
+
+
+@step(name="tests.crash_everywhere.charge_payment", retry=RetryPolicy(initial_interval=5))
+async def charge_payment(order: str) -> str:
+    key = current_step().idempotency_key
+    PAYMENTS.setdefault(key, []).append(current_step().attempt)  # a partial charge...
+    if current_step().attempt == 1:
+        raise ConnectionError("gateway reset the connection")  # ...then an exception
+    return f"paid {order}"
+
+
+@flow(name="tests.crash_everywhere.pay")
+async def paying(order: str) -> str:
+    return await charge_payment(order)
+
+
+async def past_the_retry(env: FlowTestEnv, run_id: str) -> None:
+    await env.advance(5)
+
+
+async def test_a_failed_attempt_is_crashed_after_its_body_too() -> None:
+    PAYMENTS.clear()
+    report = await check_crash_everywhere(paying, "o-1", drive=past_the_retry)
+    key = "tests.crash_everywhere.charge_payment#1"
+    assert report.points == tuple(
+        CrashPoint(key, when, attempt) for attempt in (1, 2) for when in ("before", "after")
+    )
+    assert report.outcome == (RunStatus.COMPLETED, "paid o-1", None)
+    assert report.reexecutions == {key: 2}  # cut off after attempt 1 (failed), and after 2
+
+
+SHOP = Registry()
+RECONCILED: list[str] = []
+
+
+@step(name="tests.crash_everywhere.reconcile")
+async def reconcile(tick: str) -> str:
+    RECONCILED.append(tick)
+    return tick
+
+
+@scheduled("* * * * *")
+@flow(name="tests.crash_everywhere.shop.reconcile", registry=SHOP)
+async def shop_reconcile(tick: datetime) -> str:
+    return await reconcile(tick.isoformat())
+
+
+@flow(name="tests.crash_everywhere.shop.pay", registry=SHOP)
+async def shop_pay(order: str) -> str:
+    return await charge_payment(order)
+
+
+class _At10Seconds(datetime):
+    """The check's start: 10 s past a minute, so its ticks fall where the test says."""
+
+    @classmethod
+    def now(cls, tz: Any = None) -> Any:
+        return datetime(2030, 1, 2, 3, 4, 10, tzinfo=UTC)
+
+
+async def test_a_scheduled_flow_beside_the_checked_one_is_not_checked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_crashcheck, "datetime", _At10Seconds)
+    PAYMENTS.clear()
+
+    async def to_the_minute(env: FlowTestEnv, run_id: str) -> None:
+        await env.advance(50)  # the schedule ticks at :00 in every run
+
+    report = await check_crash_everywhere(shop_pay, "o-2", drive=to_the_minute, registry=SHOP)
+    assert RECONCILED  # the schedule ran beside it
+    assert {p.key for p in report.points} == {"tests.crash_everywhere.charge_payment#1"}
+
+    async def short_of_the_minute(env: FlowTestEnv, run_id: str) -> None:
+        await env.advance(30)  # a tick only in the crashed runs (their recovery moves 31 s)
+
+    report = await check_crash_everywhere(shop_pay, "o-2", drive=short_of_the_minute, registry=SHOP)
+    assert report.outcome == (RunStatus.COMPLETED, "paid o-2", None)

@@ -322,6 +322,31 @@ async def test_resume_of_a_canceled_run_continues_where_it_was() -> None:
     assert RUNS == {"before": 1, "after": 1}
 
 
+async def test_resume_of_a_run_whose_flow_was_given_its_cancel_is_not_canceled_again(
+    store: RedisStore,
+) -> None:
+    async with FlowTestEnv(store=store) as env:
+        handle = await env.start(waiting)
+        await env.run_until_idle()
+        await env.client.cancel(handle.run_id, reason="oops")  # the flow is given it
+        await env.run_until_idle()
+        assert await handle.status() == "canceled"
+
+        await env.client.resume(handle.run_id)
+        await env.run_until_idle()
+
+        types = [e.type for e in await env.client.events(handle.run_id)]
+        assert types[-2:] == ["run.resumed", "run.waiting_for_signal"]
+        assert await env.client.signal(handle.run_id, "go", 42) is True
+        await env.run_until_idle()
+        assert await handle.result() == 42
+        record = await env.client.get(handle.run_id)
+        assert (record.status, record.reason, record.resume_from_checkpoint_id) == (
+            "completed", None, "3",  # its wait's checkpoint, before the cancel
+        )  # fmt: skip
+    assert RUNS == {"before": 1, "after": 1}
+
+
 async def test_resume_of_a_completed_run_is_an_invalid_transition() -> None:
     async with FlowTestEnv() as env:
         handle = await env.start(simple)

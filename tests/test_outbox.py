@@ -25,6 +25,7 @@ from sdk import (
     channel,
     emit,
     flow,
+    sleep,
     step,
     wait_for,
 )
@@ -352,6 +353,53 @@ async def test_resuming_a_canceled_run_delivers_its_canceled_intents() -> None:
         (restored,) = [i for i in await env.client.intents("resumed") if i.channel == "email"]
         assert restored.status is IntentStatus.SENT
         assert "outbox.restored" in [e.type for e in await env.client.events("resumed")]
+
+
+@step(name="outbox.apologize")
+async def apologize(order: str) -> str:
+    emit("email", {"to": f"{order}@example.com", "template": "sorry"})
+    return order
+
+
+@flow(name="tests.outbox.cleanup_emits")
+async def cleanup_emits(order: str) -> Any:
+    await confirm(order)
+    try:
+        return await wait_for("go")
+    except asyncio.CancelledError:
+        await apologize(order)  # the cleanup's step: its intent is the cleanup's
+        await sleep(60)
+        raise
+
+
+async def test_resuming_a_canceled_run_drops_the_intents_of_its_discarded_cleanup() -> None:
+    email = Inbox()
+    async with FlowTestEnv(channels=[]) as env:  # nothing delivers before the resume
+        await env.start(cleanup_emits, "o-7", run_id="cleaned")
+        await env.run_until_idle()
+        await env.client.cancel("cleaned", reason="customer left")
+        await env.run_until_idle()  # the cleanup emits, then sleeps
+        await env.client.cancel("cleaned", reason="now")  # forced: pending intents are canceled
+        assert (await env.client.get("cleaned")).status is RunStatus.CANCELED
+        statuses = {i.idempotency_key: i.status for i in await env.client.intents("cleaned")}
+        assert set(statuses.values()) == {IntentStatus.CANCELED}
+        assert "cleaned:outbox.apologize#1:1" in statuses
+
+        await env.client.resume("cleaned")  # from before the cancel: the cleanup is discarded
+        worker = Worker(env.store, clock=env.clock, channels=[handler_for("email", email), "sms"])
+        await worker.run_until_idle()
+
+        # the confirmation (recorded before the cancel) is sent; the apology is not
+        assert email.keys == ["cleaned:outbox.confirm#1:1"]
+        after = {i.idempotency_key: i.status for i in await env.client.intents("cleaned")}
+        assert after["cleaned:outbox.apologize#1:1"] is IntentStatus.CANCELED
+        assert (await env.client.get("cleaned")).status is RunStatus.WAITING_FOR_SIGNAL
+
+        # canceled and resumed once more: the dropped intent stays canceled for good
+        await env.client.cancel("cleaned", reason="again", grace=0)
+        await env.client.resume("cleaned")
+        await worker.run_until_idle()
+        assert email.keys == ["cleaned:outbox.confirm#1:1"]
 
 
 # -- replays and crashes -------------------------------------------------------------------

@@ -9,8 +9,9 @@ from importlib.metadata import entry_points
 
 import pytest
 
-from sdk import current_run, flow, sleep, step, wait_for
-from sdk.errors import RunNotFound
+from sdk import RetryPolicy, current_run, current_step, flow, sleep, step, wait_for
+from sdk.errors import RunFailed, RunNotFound
+from stores.redis import RedisStore
 from testing import FakeClock, FlowTestEnv
 
 START = datetime(2031, 2, 3, 4, 5, 6, tzinfo=UTC)
@@ -203,3 +204,111 @@ async def test_a_crash_point_fires_once() -> None:
         await env.advance(31)
         assert await first.result() == "ok"
     assert CRASHED == ["ran", "ran"]
+
+
+charges: list[tuple[str, int]] = []  # the payment provider's side: (idempotency key, attempt)
+
+
+@step(name="tests.testing_kit.charge", retry=RetryPolicy(max_attempts=3, initial_interval=5))
+async def charge(order: str) -> str:
+    charges.append((current_step().idempotency_key, current_step().attempt))  # a partial charge
+    if current_step().attempt == 1:
+        raise ConnectionError("gateway reset the connection")  # ...then an exception
+    return f"charged {order}"
+
+
+@flow(name="tests.testing_kit.paying")
+async def paying(order: str) -> str:
+    return await charge(order)
+
+
+@step(name="tests.testing_kit.refuse")
+async def refuse(order: str) -> str:
+    charges.append((current_step().idempotency_key, current_step().attempt))
+    raise ValueError(f"card of {order} declined")
+
+
+@flow(name="tests.testing_kit.refused")
+async def refused(order: str) -> str:
+    return await refuse(order)
+
+
+async def test_a_crash_after_a_failed_attempt_fires_before_its_failure_is_recorded(
+    store: RedisStore,
+) -> None:
+    charges.clear()
+    async with FlowTestEnv(store=store) as env:
+        env.crash_at("tests.testing_kit.charge#1", "after")
+        handle = await env.start(paying, "o-1", run_id="pay-1")
+        await env.run_until_idle()
+        assert await handle.status() == "running"  # died: the lease is held
+        journal = await store.read_lineage("pay-1")
+        assert journal is not None and journal.journal == {}  # the failure is not recorded
+
+        await env.advance(31)  # recovered: the cut-off attempt runs again, uncounted
+        await env.advance(5)  # its retry
+        assert await handle.result() == "charged o-1"
+    key = "pay-1:tests.testing_kit.charge#1"
+    attempts = [(key, 1), (key, 1), (key, 2)]  # the cut-off attempt 1, again, then 2
+    assert charges == attempts
+
+
+async def test_a_crash_after_a_failing_step_without_retries_runs_it_again(
+    store: RedisStore,
+) -> None:
+    charges.clear()
+    async with FlowTestEnv(store=store) as env:
+        env.crash_at("tests.testing_kit.refuse#1", "after")
+        handle = await env.start(refused, "o-2", run_id="refused-1")
+        await env.run_until_idle()
+        assert await handle.status() == "running"
+        await env.advance(31)
+        with pytest.raises(RunFailed) as info:
+            await handle.result()
+    assert info.value.error.reason == "step_failed"  # recorded once, by the second run
+    assert charges == [("refused-1:tests.testing_kit.refuse#1", 1)] * 2
+
+
+async def test_a_crash_at_a_given_attempt_fires_at_that_attempt() -> None:
+    charges.clear()
+    async with FlowTestEnv() as env:
+        env.crash_at("tests.testing_kit.charge#1", "before", attempt=2)
+        handle = await env.start(paying, "o-3", run_id="pay-3")
+        await env.run_until_idle()
+        await env.advance(5)  # the retry: the worker dies before attempt 2
+        assert await handle.status() == "running"
+        await env.advance(31)
+        assert await handle.result() == "charged o-3"
+    assert charges == [
+        ("pay-3:tests.testing_kit.charge#1", 1),
+        ("pay-3:tests.testing_kit.charge#1", 2),
+    ]
+
+
+async def test_a_crash_point_no_run_reaches_is_an_error_when_the_env_closes() -> None:
+    CRASHED.clear()
+    with pytest.raises(AssertionError, match=r"after step 'crashable#2'.*never happened"):
+        async with FlowTestEnv() as env:
+            env.crash_at("crashable#2")  # the flow calls crashable once: #1
+            handle = await env.start(crashy)
+            await env.run_until_idle()
+            assert await handle.result() == "ok"
+    with pytest.raises(AssertionError, match=r"before step 'crashable#1' \(attempt 2\)"):
+        async with FlowTestEnv() as env:
+            env.crash_at("crashable#1", "before", attempt=2)  # it succeeds at attempt 1
+            await env.start(crashy)
+            await env.run_until_idle()
+
+
+async def test_a_crash_point_left_unfired_does_not_hide_the_tests_own_error() -> None:
+    with pytest.raises(KeyError, match="the test's own"):
+        async with FlowTestEnv() as env:
+            env.crash_at("crashable#1")
+            raise KeyError("the test's own")
+
+
+def test_crash_at_accepts_only_an_attempt_from_one() -> None:
+    env = FlowTestEnv()
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="attempt"):
+            env.crash_at("x#1", attempt=bad)  # type: ignore[arg-type]

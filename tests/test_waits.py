@@ -11,7 +11,14 @@ from typing import Any
 import pytest
 
 from sdk import Decision, current_step, flow, now, sleep, sleep_until, step, uuid4, wait_for
-from sdk.errors import NotInRunError, NotWaiting, RunFailed, SerializationError, WaitTimeout
+from sdk.errors import (
+    InvalidTransition,
+    NotInRunError,
+    NotWaiting,
+    RunFailed,
+    SerializationError,
+    WaitTimeout,
+)
 from stores.redis import RedisStore
 from testing import FakeClock, FlowTestEnv
 
@@ -137,6 +144,29 @@ async def test_a_duplicate_dedup_id_is_delivered_once(store: RedisStore) -> None
         await env.advance(60)
 
         assert await handle.result() == ["a", None]
+
+
+@flow(name="tests.waits.paid_once")
+async def paid_once() -> Any:
+    return await wait_for("pay")
+
+
+async def test_a_duplicate_dedup_id_after_the_run_finished_is_answered_as_a_duplicate(
+    store: RedisStore,
+) -> None:
+    async with FlowTestEnv(store=store) as env:
+        handle = await env.start(paid_once)
+        assert await env.client.signal(handle.run_id, "pay", "a", dedup_id="evt-1") is True
+        await env.run_until_idle()
+        assert await handle.result() == "a"  # the signal finished the run
+        events = await env.client.events(handle.run_id)
+
+        # a retried webhook: the same delivery again, after the run completed
+        assert await env.client.signal(handle.run_id, "pay", "a", dedup_id="evt-1") is False
+
+        assert await env.client.events(handle.run_id) == events  # nothing written
+        with pytest.raises(InvalidTransition):  # a new signal to a finished run is refused
+            await env.client.signal(handle.run_id, "pay", "b", dedup_id="evt-2")
 
 
 async def test_distinct_dedup_ids_are_all_delivered() -> None:

@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from sdk._client import Authorizer, Client
+from sdk._treecopy import CHILDREN
 from sdk._types import RunStatus
 from sdk.cli._client import privileged, run_client
 from sdk.cli._options import CONTEXT_SETTINGS, EXIT_CODES, StoreOptions, store_options
@@ -157,18 +158,27 @@ def _derive(verb: str, default: str) -> click.Command:
     @click.option(
         "--new-run-id", metavar="RUN_ID", default=None, help="The new run's id. [default: a UUID]"
     )
+    @click.option(
+        "--children",
+        type=click.Choice(CHILDREN),
+        default=CHILDREN[0],
+        show_default=True,
+        help="The child runs the source started: reuse those that completed (replay the "
+        "others), replay all, or rerun all.",
+    )
     @click.option("--json", "as_json", is_flag=True, help='Print {"run_id", "source_run_id"}.')
     @privileged
     @store_options
     def derive(
-        run_id: str, checkpoint: str | None, new_run_id: str | None, as_json: bool,
-        actor: str | None, authorizer: Authorizer | None, store: StoreOptions,
+        run_id: str, checkpoint: str | None, new_run_id: str | None, children: str,
+        as_json: bool, actor: str | None, authorizer: Authorizer | None, store: StoreOptions,
     ) -> None:  # fmt: skip
         async def call(c: Client) -> str:
             method = c.replay if verb == "replay" else c.fork
             handle = await method(
-                run_id, checkpoint_id=checkpoint, actor=actor, new_run_id=new_run_id
-            )
+                run_id, checkpoint_id=checkpoint, actor=actor, new_run_id=new_run_id,
+                children=children,
+            )  # fmt: skip
             return handle.run_id
 
         new_id = run_client(store, call, authorizer)

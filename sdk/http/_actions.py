@@ -91,7 +91,7 @@ async def replay(call: Call) -> Response:
     body = call.body
     handle = await call.client.replay(
         call.params["run_id"], checkpoint_id=body.get("checkpoint_id"), actor=call.actor,
-        new_run_id=body.get("new_run_id"),
+        new_run_id=body.get("new_run_id"), children=body.get("children", "reuse"),
     )  # fmt: skip
     return await _created(call, handle.run_id)
 
@@ -102,7 +102,7 @@ async def fork(call: Call) -> Response:
     options = {k: body[k] for k in FORK_FIELDS if k in body}
     handle = await call.client.fork(
         call.params["run_id"], checkpoint_id=body.get("checkpoint_id"), actor=call.actor,
-        new_run_id=body.get("new_run_id"), **options,
+        new_run_id=body.get("new_run_id"), children=body.get("children", "reuse"), **options,
     )  # fmt: skip
     return await _created(call, handle.run_id)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from sdk._checks import MAX_ID, MAX_TEXT, PRIORITY_RANGE
+from sdk._treecopy import CHILDREN
 from sdk._types import RunStatus
 from sdk.http import _actions as act
 from sdk.http import _runs as runs
@@ -61,7 +62,12 @@ START_BODY = _obj(
     "flow",
 )
 _DECISION = _obj({"reason": _TEXT, "payload": _ANY})
-_LINEAGE = {"checkpoint_id": _ID, "new_run_id": _ID}
+_LINEAGE = {
+    "checkpoint_id": _ID, "new_run_id": _ID,
+    "children": {"type": "string", "enum": list(CHILDREN), "default": CHILDREN[0],
+                 "description": "What the new run does with the child runs the source started: "
+                 "reuse the ones that completed (replay the others), replay all, or rerun all."},
+}  # fmt: skip
 _FORK = _obj(
     {**_LINEAGE, "queue": _ID, "priority": _PRIORITY, "tenant_id": _ID, "flow_version": _ID,
      "environment": _ID, "thread_id": _ID, "trace_id": _ID, "policy_snapshot_id": _ID},

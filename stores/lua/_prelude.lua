@@ -436,12 +436,17 @@ local function cancel_intents(id, now)
 end
 
 -- Resuming a canceled run makes its canceled intents pending again: the steps
--- that recorded them are not run again, so nothing else would send them.
-local function restore_intents(id, now)
+-- that recorded them are not run again, so nothing else would send them. Those
+-- of records the resume discards (`dropped`: step key -> true; their steps run
+-- again if the flow calls them) stay canceled for good (field dropped).
+local function restore_intents(id, now, dropped)
   for _, iid in ipairs(intents_of(id)) do
     local key = ik(iid)
-    local st, ch, step, tail = unpack(redis.call('HMGET', key, 'status', 'channel', 'step', 'tail'))
-    if st == 'canceled' then
+    local st, ch, step, tail, gone = unpack(redis.call('HMGET', key, 'status', 'channel', 'step',
+                                                       'tail', 'dropped'))
+    if st == 'canceled' and not gone and dropped[step] then
+      redis.call('HSET', key, 'dropped', now)
+    elseif st == 'canceled' and not gone then
       redis.call('HSET', key, 'status', 'pending', 'at', now, 'due', now)
       redis.call('ZADD', P .. K.outbox .. ch, now, iid)
       wake_outbox(ch)

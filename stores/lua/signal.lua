@@ -12,6 +12,11 @@ if not bad then
 end
 if bad then return err('corrupt', where, bad) end
 if not st then return err('not_found') end
+-- a repeated dedup id is answered as one in every status (a retried webhook whose
+-- first delivery finished the run, a retried call): before the state checks
+if ARGV[5] ~= '' and redis.call('SISMEMBER', P .. K.dedup .. id, ARGV[5]) == 1 then
+  return {0}
+end
 if TERMINAL[st] then return err('transition', st, 'running') end
 if ARGV[8] == '1' then
   if not (st == 'waiting_for_human'
@@ -24,7 +29,7 @@ if ARGV[8] == '1' then
     return err('forbidden', ARGV[9])
   end
 end
-if ARGV[5] ~= '' and redis.call('SADD', P .. K.dedup .. id, ARGV[5]) == 0 then return {0} end
+if ARGV[5] ~= '' then redis.call('SADD', P .. K.dedup .. id, ARGV[5]) end
 redis.call('RPUSH', mbk(id, ARGV[3]), ARGV[4])
 redis.call('SADD', P .. K.mailboxes .. id, ARGV[3])
 emit(id, 'signal.received', ARGV[6], '', ARGV[7])

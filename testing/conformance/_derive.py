@@ -8,6 +8,7 @@ from typing import Any
 from stores.protocol import (
     CheckpointKind,
     EventType,
+    Mailbox,
     NewRun,
     Refusal,
     Refused,
@@ -23,6 +24,7 @@ from testing.conformance._support import (
     TTL,
     async_checks,
     claim_ids,
+    drain,
     events_of,
     journal_of,
     lineage_of,
@@ -105,6 +107,33 @@ class DeriveChecks:
         await store.release("copy", claim.run.fence)
         (again,) = await store.claim(OWNER, None, 10, T0 + 13, TTL)
         assert again.lineage == dict(LINEAGE)
+
+    async def test_derive_run_puts_its_mail_in_the_new_runs_mailboxes_with_their_dedup_ids(
+        self, store: Store
+    ) -> None:
+        box = Mailbox("~child:src-kid")
+        mail = [(box, '{"status":"completed","result":1}', "~child:src-kid")]
+
+        await store.derive_run(derived(), [], LINEAGE, EventType.RUN_REPLAYED, EVENT, mail)
+
+        (claim,) = await store.claim(OWNER, None, 10, T0 + 11, TTL)
+        assert claim.mail == frozenset({box})
+        # the same delivery again (its dedup id) is a duplicate
+        assert await store.signal("copy", box, '"again"', "~child:src-kid") is False
+        assert await drain(store, "copy", claim.run.fence, box) == [mail[0][1]]
+
+    async def test_a_derived_run_with_a_parent_is_listed_among_its_children(
+        self, store: Store
+    ) -> None:
+        await start_and_claim(store, "parent")
+
+        await store.derive_run(
+            derived(parent_run_id="parent", tree_root_run_id="parent"), [], [],
+            EventType.RUN_REPLAYED, EVENT,
+        )  # fmt: skip
+
+        (kid,) = await store.list_runs(None, None, 10, parent_run_id="parent")
+        assert (kid.run_id, kid.parent_run_id, kid.source_run_id) == ("copy", "parent", "src")
 
     async def test_a_claim_of_a_run_that_was_not_derived_has_no_lineage(self, store: Store) -> None:
         claim = await start_and_claim(store, "plain")

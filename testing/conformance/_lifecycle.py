@@ -13,6 +13,7 @@ from stores.protocol import (
     Parked,
     Refusal,
     Refused,
+    Rewind,
     RunStatus,
     StepEvent,
     Store,
@@ -299,6 +300,47 @@ class LifecycleChecks:
         (again,) = await store.claim("worker-b", None, 1, T0 + 1, TTL)
         assert again.run.status is RunStatus.RUNNING
         assert again.journal == {"a#1": step_record("a#1", 0, 1)}
+
+    async def test_resume_with_a_rewind_drops_its_records_and_keeps_their_checkpoints(
+        self, store: Store
+    ) -> None:
+        claim = await start_and_claim(store, "r1")  # checkpoint 1
+        fence = claim.run.fence
+        await store.record("r1", fence, "a#1", step_record("a#1", 0), now=T0, event=COMPLETED)
+        await store.record("r1", fence, "~cancel", step_record("~cancel", -1), now=T0)
+        await store.record("r1", fence, "c#1", step_record("c#1", 1), now=T0 + 1, event=COMPLETED)
+        await store.cancel("r1", "stop", T0 + 2)  # checkpoint 4
+        before = await store.checkpoints("r1")
+        assert [(c.checkpoint_id, c.step_key) for c in before] == [
+            (1, None), (2, "a#1"), (3, "c#1"), (4, None),
+        ]  # fmt: skip
+        rewind = Rewind((await stored(store, "r1")).fence, ("~cancel", "c#1"), 2)
+
+        assert await store.resume("r1", None, now=T0 + 3, event_data=TRICKY, rewind=rewind) is None
+
+        run = await stored(store, "r1")
+        assert (run.status, run.resume_from_checkpoint) == (RunStatus.RUNNING, 2)
+        lineage = await lineage_of(store, "r1")
+        assert lineage.journal == {"a#1": step_record("a#1", 0)}
+        assert list(lineage.written) == ["a#1"]
+        assert await store.checkpoints("r1") == before  # the dropped step's is still listed
+        (again,) = await store.claim("worker-b", None, 1, T0 + 3, TTL)
+        assert again.journal == {"a#1": step_record("a#1", 0)}
+
+    async def test_resume_with_a_rewind_of_a_run_that_changed_is_refused(
+        self, store: Store
+    ) -> None:
+        claim = await start_and_claim(store, "r1")
+        await store.record("r1", claim.run.fence, "~cancel", step_record("~cancel", -1), now=T0)
+        await store.cancel("r1", "stop", T0 + 1)
+        fence = (await stored(store, "r1")).fence
+        before = await seen(store, "r1")
+
+        # read at an older fence (since then, resumed, claimed and canceled again)
+        refused = await store.resume("r1", None, rewind=Rewind(fence - 1, ("~cancel",), 1))
+
+        assert refused == Refused(Refusal.CHANGED, RunStatus.CANCELED)
+        assert await seen(store, "r1") == before
 
     async def test_resume_of_a_waiting_run_requeues_it_and_drops_its_timer(
         self, store: Store

@@ -240,6 +240,39 @@ class WaitChecks:
         assert await store.signal("r1", GO, "1", "d-1") is True
         assert await store.signal("r2", GO, "1", "d-1") is True
 
+    @pytest.mark.parametrize("end", [RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELED])
+    async def test_a_repeated_dedup_id_is_a_duplicate_after_the_run_finished(
+        self, store: Store, end: RunStatus
+    ) -> None:
+        claim = await start_and_claim(store, "r1")
+        assert await store.signal("r1", GO, "1", "d-1") is True
+        if end is RunStatus.CANCELED:
+            await store.cancel("r1", "stop", T0)
+        else:
+            await store.finish("r1", claim.run.fence, end, T0)
+        before = await seen(store, "r1")
+
+        assert await store.signal("r1", GO, "1", "d-1", event_data="{}") is False
+
+        assert await seen(store, "r1") == before  # nothing written
+        refused = await store.signal("r1", GO, "1", "d-2")  # a new one is refused
+        assert isinstance(refused, Refused)
+        assert (refused.why, refused.status) == (Refusal.TRANSITION, end)
+
+    async def test_a_repeated_dedup_id_is_a_duplicate_for_a_decision_no_longer_awaited(
+        self, store: Store
+    ) -> None:
+        claim = await start_and_claim(store, "r1")
+        box = Mailbox("ok", human=True)
+        await store.suspend("r1", claim.run.fence, T0, None, RunStatus.WAITING_FOR_HUMAN, [], [box])
+        assert await store.signal("r1", box, "true", "d-1", decision_by="ann") is True
+        before = await seen(store, "r1")  # woken: no longer waiting on it
+
+        # a retried call (the same id) is answered as the one that got through
+        assert await store.signal("r1", box, "true", "d-1", decision_by="ann") is False
+
+        assert await seen(store, "r1") == before
+
     async def test_a_signal_to_an_unknown_run_is_refused_and_creates_nothing(
         self, store: Store
     ) -> None:
