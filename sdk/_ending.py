@@ -27,6 +27,7 @@ from sdk._serde import (
     type_path,
 )
 from sdk._types import ErrorInfo, Reason, RunStatus
+from sdk._waiting import encode
 from sdk._writes import Stop
 from sdk.errors import FlowBlocked, SerializationError
 from stores.protocol import CorruptData, Parked, Refusal, Refused
@@ -196,10 +197,12 @@ async def park(act: Activation) -> None:
         act.store.suspend(
             act.run_id, act.fence, act.clock.time(), plan.deadline, plan.status,
             plan.records, plan.mailboxes, approvers=plan.approvers,
-            sticky=delay,
+            sticky=delay, waiting_on=encode(plan.waiting_on),
         ),
         "parked",
     )  # fmt: skip
+    if reply is Parked.PARKED:
+        act.parked(plan.waiting_on)
     if keep and (reply is Parked.PARKED or reply is Parked.READY):
         # Kept (sdk._sticky): the waiting calls hold what a replay would read from
         # the journal now, their pending records.

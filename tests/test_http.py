@@ -8,6 +8,7 @@ OpenAPI document in test_http_openapi.py, the real server in test_http_serve.py.
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Any
@@ -504,9 +505,27 @@ async def test_timeline_and_current_waits_of_a_run(env: FlowTestEnv) -> None:
         too_deep = await http.get(f"/v1/runs/{run_id}/timeline", params={"depth": 99})
         missing = await http.get("/v1/runs/ghost/timeline")
 
-    assert [(w["kind"], w["name"]) for w in waits] == [("signal", "ok")]
+    # a human approval is shown as one, by the name the flow gave it (no journal key)
+    assert [(w["kind"], w["name"]) for w in waits] == [("human", "ok")]
+    assert "~" not in json.dumps(parked)
     assert (tree["kind"], tree["status"]) == ("run", "waiting_for_human")
     assert tree["label"].startswith(run_id)
     assert any(e["kind"] == "wait" and e["status"] == "waiting" for e in tree["entries"])
     assert "depth" in problem(too_deep, 422, "invalid_argument")["detail"]
     problem(missing, 404, "run_not_found")
+
+
+async def test_runs_are_listed_by_what_they_wait_on(env: FlowTestEnv) -> None:
+    async with api(env.client) as http:
+        gated = await start(http, "tests.http.gated")
+        await env.run_until_idle()
+        human = (await http.get("/v1/runs", params={"waiting_on": "human"})).json()
+        signal = (await http.get("/v1/runs", params={"waiting_on": "signal"})).json()
+        bad = await http.get("/v1/runs", params={"waiting_on": "approval"})
+
+    assert [r["run_id"] for r in human["runs"]] == [gated]
+    assert human["runs"][0]["waiting_on"] == [
+        {"kind": "human", "name": "ok", "deadline": None, "match": None}
+    ]
+    assert signal["runs"] == []
+    assert "waiting_on" in problem(bad, 422, "invalid_argument")["detail"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from sdk._checks import MAX_ID, MAX_TEXT, PRIORITY_RANGE
-from sdk._types import RunStatus
+from sdk._types import RunStatus, WaitKind
 from sdk.http import _actions as act
 from sdk.http import _runs as runs
 from sdk.http._problems import ErrorCode as E
@@ -96,6 +96,11 @@ _LIST_PARAMS = (
     _query("tenant_id", _ID, "Only runs of this tenant."),
     _query("parent_run_id", _ID, "Only the child flows this run started."),
     _query("since", {"type": "string", "format": "date-time"}, "Only runs created since."),
+    _query(
+        "waiting_on",
+        {"type": "string", "enum": [k.value for k in WaitKind]},
+        "Only waiting runs that wait on something of this kind (RunRecord.waiting_on).",
+    ),
     _query("cursor", {"type": "string"}, "The next_cursor of the previous page."),
     _query("limit", {**_LIMIT, "default": 50}, "Page size."),
 )
@@ -140,9 +145,9 @@ def routes() -> tuple[Route, ...]:
                                                 "default": 1},
                                       "Levels of child flows shown with their own timelines."))),
         Route("GET", "/v1/runs/{run_id}/waits", "listRunWaits",
-              "What a run waits for now: signals and approvals, sleeps, retry timers",
+              "What a run waits for now: approvals, signals, events, children, sleeps, retries",
               runs.run_waits, "runs",
-              response=_obj({"waits": {"type": "array", "items": ref("CurrentWait")},
+              response=_obj({"waits": {"type": "array", "items": ref("WaitingOn")},
                              "approvers": {"type": "object", "additionalProperties": {
                                  "type": "array", "items": {"type": "string"}},
                                  "description": "Human wait name -> who may decide it "
