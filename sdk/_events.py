@@ -24,6 +24,7 @@ from sdk.errors import InvalidArgument, SerializationError
 from stores.protocol import EventWatch, Mailbox
 
 __all__ = [
+    "check_event_data",
     "event_mailbox",
     "json_data",
     "match_data",
@@ -58,6 +59,17 @@ def json_data(value: Any, serializer: Serializer, what: str) -> Any:
             "str, int, float, bool, None)"
         )
     return data
+
+
+def check_event_data(event: str, data: Any) -> None:
+    """Refuse event data no wait can tell apart: a filter matches top-level fields
+    of a JSON object, so an event's data is an object (field -> value) or null."""
+    if data is not None and not isinstance(data, dict):
+        raise InvalidArgument(
+            f"data of event {event!r} must be a JSON object (field -> value) or null, got "
+            f"{type(data).__name__} {show(data, 60)}: wait_for_event filters match the fields "
+            'of an event\'s data (send {"value": ...} to carry one value)'
+        )
 
 
 def match_data(event: str, match: Any, serializer: Serializer) -> dict[str, Any]:

@@ -395,6 +395,27 @@ async def test_send_event_reaches_the_waiting_run(env: FlowTestEnv) -> None:
     assert (await env.client.get(run_id)).result == {"order": "o-1"}
 
 
+async def test_event_data_no_wait_could_match_is_refused_naming_the_field(
+    env: FlowTestEnv,
+) -> None:
+    async with api(env.client) as http:
+        run_id = await start(http, "tests.http.payment", "o-1")
+        await env.run_until_idle()
+        refused = [
+            await http.post("/v1/events", json={"name": "paid", "data": data})
+            for data in ("notadict", 12, ["o-1"])
+        ]
+        null = await http.post("/v1/events", json={"name": "paid", "data": None})
+
+    for answer in refused:
+        assert answer.headers["content-type"] == "application/problem+json"
+        assert (
+            "body.data must be object or null" in problem(answer, 422, "invalid_argument")["detail"]
+        )
+    assert null.json() == {"run_ids": []}  # null is data; this wait filters on a field
+    assert (await env.client.get(run_id)).status.value == "waiting_for_signal"
+
+
 async def test_a_full_queue_is_a_429(env: FlowTestEnv) -> None:
     async with api(env.client) as http:
         await start(http, "tests.http.limited")

@@ -76,6 +76,13 @@ _RESUME = _obj(
 )
 
 
+#: An event's data: an object whose fields wait_for_event filters match, or null.
+_EVENT_DATA = {
+    "type": ["object", "null"],
+    "description": "The event's data: a JSON object (wait_for_event filters match its "
+    "top-level fields) or null.",
+}
+
 _RUN_ERRORS = (E.RUN_NOT_FOUND,)
 _STEER_ERRORS = (E.RUN_NOT_FOUND, E.FORBIDDEN, E.INVALID_TRANSITION)
 
@@ -194,7 +201,7 @@ def routes() -> tuple[Route, ...]:
         Route("POST", "/v1/events", "sendEvent",
               "Send an event to the runs waiting for it; start its on_event flows",
               act.send_event, "steering",
-              body=_obj({"name": _ID, "data": _ANY, "event_id": _ID}, "name"),
+              body=_obj({"name": _ID, "data": _EVENT_DATA, "event_id": _ID}, "name"),
               response=_obj({"run_ids": {"type": "array", "items": _ID}}, "run_ids"),
               errors=(E.SERIALIZATION_ERROR, E.FORBIDDEN)),
         Route("GET", "/v1/queues", "listQueues", "Queues: depth, executing, limits",
