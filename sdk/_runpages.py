@@ -64,7 +64,8 @@ class RunFilter:
         parent_run_id: only the child flows this run started.
         since: only runs created at or after this aware datetime.
         waiting_on: a `WaitKind` (or its string): only runs waiting on one.
-        top_level: only runs that no other run started (no child flows).
+        top_level: only runs that neither another run (a child flow) nor a
+            schedule's tick started.
     """
 
     status: RunStatus | None = attrs.field(default=None, converter=_status)
@@ -94,7 +95,7 @@ class RunFilter:
             and (self.status is None or run.status is self.status)
             and (self.since is None or run.created_at >= self.since)
             and (self.waiting_on is None or matches(run, self.waiting_on))
-            and (not self.top_level or run.parent_run_id is None)
+            and (not self.top_level or (run.parent_run_id is None and run.schedule_id is None))
         )
 
 

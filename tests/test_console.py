@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import re
 from collections.abc import AsyncIterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -261,7 +262,7 @@ async def test_the_runs_list_shows_top_level_runs_what_they_wait_on_and_how_long
         page = (await http.get("/ui/runs")).text
         runs = re.findall(r'<a class="runid" href="/ui/runs/([^"]+)">', page)
         assert runs == ["order-9"]  # its child runs are on its page, not among the top level
-        assert "Show child runs too" in page
+        assert "Show child runs and schedule ticks too" in page
         chip = '<span class="wk wk-human">approval</span> <code>manager-<wbr>approval</code>'
         assert chip in page
         assert '<th scope="col" class="num">Duration</th>' in page
@@ -281,6 +282,31 @@ async def test_the_runs_list_shows_top_level_runs_what_they_wait_on_and_how_long
         timeline = run.split('class="gantt"')[1].split("</ol>")[0]
         assert "~result" not in timeline and "~wait" not in timeline
         assert "approval manager-approval" in timeline
+
+
+@flow(name="tests.console.tick")
+async def tick(at: datetime) -> str:
+    return at.isoformat()
+
+
+async def test_schedule_ticks_are_tagged_and_kept_out_of_the_overview(client: Client) -> None:
+    await client.create_schedule("tests.console.hourly", tick, cron="0 * * * *")
+    await client.start(echo, 1, run_id="plain-1")
+    ticked = await client.trigger_schedule("tests.console.hourly")
+    await Worker(client.store, flows=[tick, echo]).run_until_idle()
+    async with console(client) as http:
+        overview = (await http.get("/ui/runs")).text
+        everything = (await http.get("/ui/runs", params={"children": "1"})).text
+        by_flow = (await http.get("/ui/runs", params={"flow": "tests.console.tick"})).text
+        schedules = (await http.get("/ui/schedules")).text
+
+    ids = re.findall(r'<a class="runid" href="/ui/runs/([^"]+)">', overview)
+    assert ids == ["plain-1"]
+    assert ticked.run_id in everything and ticked.run_id in by_flow  # a filter finds it
+    assert 'href="/ui/schedules#schedule-tests.console.hourly"' in everything
+    assert ">schedule tick</a>" in by_flow
+    row = schedules.split('id="schedule-tests.console.hourly"')[1].split("</tr>")[0]
+    assert ticked.run_id in row and 'class="status s-completed"' in row
 
 
 async def test_the_workers_queues_and_schedules_pages_show_fields_not_json(client: Client) -> None:

@@ -57,8 +57,10 @@ async def runs(request: Request, console: Console, actor: str) -> Response:
             status=given.get("status"), flow=given.get("flow"), queue=given.get("queue"),
             tenant_id=given.get("tenant_id"), since=since, waiting_on=given.get("waiting_on"),
             parent_run_id=given.get("parent"),
-            # child flows are listed on their parent's page, unless asked for here
-            top_level=not (given.get("children") or given.get("q") or given.get("parent")),
+            # the unfiltered list is an overview: child flows are on their parent's
+            # page and schedule ticks on the Schedules page, unless asked for; any
+            # filter searches every run
+            top_level=not any(k in given for k in _FILTERS),
         )  # fmt: skip
         text = given.get("q")
         if text:
