@@ -50,6 +50,8 @@ from sdk._types import (
     RunRecord,
     RunStatus,
     Versions,
+    WaitingOn,
+    WaitKind,
     WorkerInfo,
 )
 from sdk._values import Serializer
@@ -84,6 +86,8 @@ __all__ = [
     "StepContext",
     "SystemClock",
     "Versions",
+    "WaitKind",
+    "WaitingOn",
     "Worker",
     "WorkerInfo",
     "channel",

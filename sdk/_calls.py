@@ -98,12 +98,13 @@ class FlowCalls:
         return self._await(op)
 
     def wait_event(
-        self, name: str, watch: EventWatch, timeout: float | None
+        self, name: str, watch: EventWatch, timeout: float | None, match: dict[str, Any]
     ) -> Coroutine[Any, Any, Any]:
         key, pos = self.cursor.alloc(f"~event:{name}")
         op = EventWaitOp(
-            key, pos, name=name, human=False, approvers=None, timeout=timeout, watch=watch
-        )
+            key, pos, name=name, human=False, approvers=None, timeout=timeout, watch=watch,
+            match=match,
+        )  # fmt: skip
         return self._await(op)
 
     def sleep_until(self, until: float | None, duration: float | None) -> Coroutine[Any, Any, Any]:

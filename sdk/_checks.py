@@ -17,7 +17,7 @@ from typing import Any
 
 from sdk._clock import seconds
 from sdk._limits import short
-from sdk._types import RunOptions, RunStatus, Versions
+from sdk._types import RunOptions, RunStatus, Versions, WaitKind
 from sdk.errors import InvalidArgument
 
 __all__ = [
@@ -37,6 +37,7 @@ __all__ = [
     "check_str_map",
     "check_text",
     "check_timeout",
+    "check_wait_kind",
     "show",
 ]
 
@@ -200,6 +201,15 @@ def check_status(status: Any) -> RunStatus:
     except ValueError:
         known = ", ".join(s.value for s in RunStatus)
         raise InvalidArgument(f"status must be one of {known}; got {show(status)}") from None
+
+
+def check_wait_kind(kind: Any, what: str = "waiting_on") -> WaitKind:
+    """A `WaitKind` or its string value."""
+    try:
+        return WaitKind(kind)
+    except ValueError:
+        known = ", ".join(k.value for k in WaitKind)
+        raise InvalidArgument(f"{what} must be one of {known}; got {show(kind)}") from None
 
 
 def check_options(options: Any) -> RunOptions:

@@ -22,6 +22,7 @@ from sdk._checks import (
     check_optional_id,
     check_status,
     check_text,
+    check_wait_kind,
     show,
 )
 from sdk._clientbase import Authorizer, RunHandle
@@ -39,8 +40,9 @@ from sdk._schedclient import ScheduleClient
 from sdk._sending import EventSending
 from sdk._serde import converter, dumps
 from sdk._starting import new_run
-from sdk._types import Decision, Reason, RunOptions, RunRecord, RunStatus
+from sdk._types import Decision, Reason, RunOptions, RunRecord, RunStatus, WaitKind
 from sdk._values import Serializer
+from sdk._waiting import runs_waiting_on
 from sdk.errors import (
     CorruptRecord,
     IdempotencyConflict,
@@ -214,18 +216,36 @@ class Client(History, Lineages, EventSending, Queuing, ScheduleClient, Exporting
     async def list_runs(
         self, status: RunStatus | str | None = None, flow: Callable[..., Any] | str | None = None,
         limit: int = 100, *, parent_run_id: str | None = None,
+        waiting_on: WaitKind | str | None = None,
     ) -> list[RunRecord]:  # fmt: skip
         """Runs, newest first, optionally of one status and/or one flow; with
-        `parent_run_id`, only the child flows that run started (`start_child`)."""
+        `parent_run_id`, only the child flows that run started (`start_child`);
+        with `waiting_on` (a `WaitKind`: ``"human"``, ``"signal"``, ``"event"``,
+        ``"child"``, ``"sleep"``, ``"retry"``...), only the waiting runs whose
+        `RunRecord.waiting_on` has an entry of that kind.
+
+        Example::
+
+            approvals = await client.list_runs(waiting_on="human", flow=refund)
+        """
         st = None if status is None else check_status(status)
         check_count(limit, "list_runs(): limit")
         check_optional_id(parent_run_id, "list_runs(): parent_run_id")
+        kind = (
+            None if waiting_on is None else check_wait_kind(waiting_on, "list_runs(): waiting_on")
+        )
         name = None
         if flow is not None:
             fd = self._flow_def(flow)
             name = fd.name if isinstance(fd, FlowDef) else fd
-        found = await self.store.list_runs(st, name, limit, parent_run_id=parent_run_id)
-        return [self._record(s) for s in found]
+
+        async def read(of: RunStatus | None, n: int) -> list[RunRecord]:
+            found = await self.store.list_runs(of, name, n, parent_run_id=parent_run_id)
+            return [self._record(s) for s in found]
+
+        if kind is None:
+            return await read(st, limit)
+        return await runs_waiting_on(read, kind, st, limit)
 
     async def signal(
         self, run_id: str, name: str, payload: Any = None, *,

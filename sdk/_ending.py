@@ -27,6 +27,7 @@ from sdk._serde import (
     type_path,
 )
 from sdk._types import ErrorInfo, Reason, RunStatus
+from sdk._waiting import encode
 from sdk._writes import Stop
 from sdk.errors import FlowBlocked, SerializationError
 from stores.protocol import CorruptData, Parked, Refusal, Refused
@@ -37,6 +38,8 @@ if TYPE_CHECKING:
 __all__ = ["canceled", "conclude", "continue_as_new", "fail", "park", "report"]
 
 log = logging.getLogger("steadyflow.worker")
+#: Characters of an error message a failure's log line shows (the run keeps it all).
+_LOGGED = 300
 
 
 async def conclude(act: Activation) -> None:
@@ -164,13 +167,30 @@ async def fail(
     # a message with a lone surrogate, or of 10 MB, must not make the write fail
     error = ErrorInfo(type_path(etype), clean_message(message), key, reason, tb)
     text = dumps(converter.unstructure(error))
-    await _end(
+    refused = await _end(
         act,
         act.store.finish(
             act.run_id, act.fence, RunStatus.FAILED, act.clock.time(), error=text,
             reason=str(reason),
         ),
         "failed",
+    )  # fmt: skip
+    if refused is None and not act.abandoned and act.store_error is None:
+        _log_failure(act, error)
+
+
+def _log_failure(act: Activation, error: ErrorInfo) -> None:
+    """One WARNING line for a run the worker failed (the run's error keeps it whole,
+    with its traceback: ``steadyflow runs show RUN_ID``)."""
+    first = error.message.partition("\n")[0]
+    said = first if len(first) <= _LOGGED else first[:_LOGGED] + "..."
+    log.warning(
+        "run %s of flow %s failed: %s: %s (step %s, reason %s)",
+        act.run_id, act.flow.name, error.type, said, error.step_key or "-", error.reason,
+        extra={
+            "run_id": act.run_id, "flow": act.flow.name, "error_type": error.type,
+            "step_key": error.step_key, "reason": str(error.reason),
+        },
     )  # fmt: skip
 
 
@@ -196,10 +216,12 @@ async def park(act: Activation) -> None:
         act.store.suspend(
             act.run_id, act.fence, act.clock.time(), plan.deadline, plan.status,
             plan.records, plan.mailboxes, approvers=plan.approvers,
-            sticky=delay,
+            sticky=delay, waiting_on=encode(plan.waiting_on),
         ),
         "parked",
     )  # fmt: skip
+    if reply is Parked.PARKED:
+        act.parked(plan.waiting_on)
     if keep and (reply is Parked.PARKED or reply is Parked.READY):
         # Kept (sdk._sticky): the waiting calls hold what a replay would read from
         # the journal now, their pending records.

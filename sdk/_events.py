@@ -23,7 +23,15 @@ from sdk._values import Serializer
 from sdk.errors import InvalidArgument, SerializationError
 from stores.protocol import EventWatch, Mailbox
 
-__all__ = ["event_mailbox", "json_data", "run_id_for", "tokens_for", "watch_for"]
+__all__ = [
+    "check_event_data",
+    "event_mailbox",
+    "json_data",
+    "match_data",
+    "run_id_for",
+    "tokens_for",
+    "watch_for",
+]
 
 
 def _canonical(value: Any) -> str:
@@ -53,8 +61,20 @@ def json_data(value: Any, serializer: Serializer, what: str) -> Any:
     return data
 
 
-def watch_for(event: str, match: Any, serializer: Serializer) -> EventWatch:
-    """The index entry of ``wait_for_event(event, match=match)``."""
+def check_event_data(event: str, data: Any) -> None:
+    """Refuse event data no wait can tell apart: a filter matches top-level fields
+    of a JSON object, so an event's data is an object (field -> value) or null."""
+    if data is not None and not isinstance(data, dict):
+        raise InvalidArgument(
+            f"data of event {event!r} must be a JSON object (field -> value) or null, got "
+            f"{type(data).__name__} {show(data, 60)}: wait_for_event filters match the fields "
+            'of an event\'s data (send {"value": ...} to carry one value)'
+        )
+
+
+def match_data(event: str, match: Any, serializer: Serializer) -> dict[str, Any]:
+    """The filter of ``wait_for_event(event, match=match)`` as JSON data, by field
+    name (sorted); raises `InvalidArgument` / `SerializationError` for a bad one."""
     if match is None:
         match = {}
     if not isinstance(match, Mapping):
@@ -63,11 +83,17 @@ def watch_for(event: str, match: Any, serializer: Serializer) -> EventWatch:
             f"{type(match).__name__}: {show(match)}"
         )
     fields = sorted(check_id(f, f"wait_for_event({event!r}): a match field") for f in match)
-    values = [
-        json_data(match[f], serializer, f"wait_for_event({event!r}): match[{f!r}]") for f in fields
-    ]
-    shape = _canonical(fields)
-    return EventWatch(event, shape, _token(event, shape, values))
+    return {
+        f: json_data(match[f], serializer, f"wait_for_event({event!r}): match[{f!r}]")
+        for f in fields
+    }
+
+
+def watch_for(event: str, match: Any, serializer: Serializer) -> EventWatch:
+    """The index entry of ``wait_for_event(event, match=match)``."""
+    data = match_data(event, match, serializer)
+    shape = _canonical(list(data))
+    return EventWatch(event, shape, _token(event, shape, data.values()))
 
 
 def tokens_for(event: str, data: Any, shapes: Iterable[str]) -> list[str]:

@@ -12,13 +12,13 @@ process had died there (see `testing.FlowTestEnv.crash_at`).
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import attrs
 
 if TYPE_CHECKING:
-    from sdk._types import RunOptions
+    from sdk._types import RunOptions, WaitingOn
 
 __all__ = ["Abandon", "ActivationInfo", "ActivationOutcome", "ActivationReason", "Interceptor"]
 
@@ -158,6 +158,11 @@ class Interceptor:
         """A durable timer that was due at `due` fired at `fired` (epoch seconds of
         the worker's clock). `kind`: ``"sleep"``, ``"wait"`` (a wait's deadline
         passed) or ``"retry"`` (a step's retry backoff is over)."""
+
+    def run_parked(self, run_id: str, waiting_on: Sequence[WaitingOn]) -> None:
+        """The activation parked the run: what it waits for, as the flow wrote it
+        (the `RunRecord.waiting_on` the park wrote: a human approval, a signal, an
+        event, a child run, a sleep, a retry), before `activation_finished`."""
 
     def leases_recovered(self, count: int) -> None:
         """A worker's poll took over `count` runs whose lease had expired."""

@@ -60,6 +60,8 @@ def _value(value: Any) -> Any:
         return value.total_seconds()
     if attrs.has(type(value)):
         return shape(value)
+    if isinstance(value, tuple) and any(attrs.has(type(v)) for v in value):
+        return [_value(v) for v in value]  # records in a tuple: every field too
     try:
         return converter.unstructure(value)
     except Exception:  # a result of a user type the converter cannot take apart

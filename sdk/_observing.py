@@ -5,6 +5,7 @@ it stops at once, as a dead process would, then the exception propagates."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from sdk._intercept import Abandon
@@ -14,6 +15,7 @@ from sdk._ops import Op, SleepOp, StepOp, WaitOp
 if TYPE_CHECKING:
     from sdk._clock import Clock
     from sdk._engine import Engine
+    from sdk._types import WaitingOn
     from sdk.errors import LeaseLost
 
 __all__ = ["Observing"]
@@ -73,6 +75,11 @@ class Observing:
             elif isinstance(op, WaitOp) and op.record and op.record.state is State.TIMEOUT:
                 self.timer_fired(op.key, "wait", op.deadline)
             self._call_hooks(op, finished=True)
+
+    def parked(self, waiting_on: Sequence[WaitingOn]) -> None:
+        """The run is parked, waiting on `waiting_on` (interceptors observe it)."""
+        for hook in self.engine.interceptors:
+            hook.run_parked(self.run_id, waiting_on)
 
     def step_failed(self, op: StepOp, attempt: int, error: BaseException, retrying: bool) -> None:
         """A failed attempt is recorded (interceptors observe it)."""

@@ -259,6 +259,8 @@ class EventWaitOp(WaitOp):
     listens (is in its filter's index) once it has been consumed in this activation."""
 
     watch: EventWatch = attrs.field(kw_only=True)
+    #: the filter as the flow gave it (JSON data), for what operators see (`WaitingOn.match`)
+    match: dict[str, Any] = attrs.field(kw_only=True, factory=dict)
     #: consumed once in this activation, so listening (each activation re-registers)
     armed: bool = False
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from sdk._checks import check_id, check_name
 from sdk._clock import seconds
 from sdk._context import _OUTSIDE, _run_var, _step_var
-from sdk._events import watch_for
+from sdk._events import match_data, watch_for
 from sdk.errors import InvalidArgument, NotInRunError
 
 if TYPE_CHECKING:
@@ -123,7 +123,8 @@ def wait_for_event(
             f"wait_for_event({name!r}): timeout must not be negative, got {timeout!r}"
         )
     act = _activation("wait_for_event()")
-    return act.wait_event(name, watch_for(name, match, act.serializer), limit)
+    data = match_data(name, match, act.serializer)
+    return act.wait_event(name, watch_for(name, data, act.serializer), limit, data)
 
 
 def sleep(duration: float | timedelta) -> Coroutine[Any, Any, None]:

@@ -21,8 +21,10 @@ Example::
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 import attrs
 
@@ -30,7 +32,15 @@ from sdk._checks import check_id, check_int, check_timeout, show
 from sdk.errors import InvalidArgument
 from stores.protocol import QueueLimits
 
-__all__ = ["Queue", "QueueInfo", "RateLimit", "claim_limits"]
+if TYPE_CHECKING:
+    from sdk._flowdef import FlowDef
+
+__all__ = ["DEFAULT_QUEUE", "Queue", "QueueInfo", "RateLimit", "UndeclaredQueues", "claim_limits"]
+
+#: The queue a flow runs on unless it names another; it needs no declaration.
+DEFAULT_QUEUE = "default"
+
+log = logging.getLogger("steadyflow.worker")
 
 _COUNT = range(1, 1_000_001)
 
@@ -163,6 +173,36 @@ class QueueInfo:
     queue: Queue | None = None
     limited_by: str | None = None
     oldest_pending_age: float | None = None
+
+
+class UndeclaredQueues:
+    """Tells, once per flow and queue, that a flow's queue is declared nowhere in the
+    registry: its runs go there with no limits at all (a misspelt ``queue="emails"``
+    next to ``Queue("email", ...)`` is silent otherwise). A worker checks the flows
+    it serves at its first poll, and flows it serves later when it first sees them.
+    The queue ``default`` needs no declaration."""
+
+    def __init__(self) -> None:
+        self._seen: set[tuple[str, str | None]] = set()  # (flow, version) checked
+        self._told: set[tuple[str, str]] = set()  # (flow, queue) warned about
+
+    def check(self, flows: Iterable[FlowDef], declared: Mapping[str, Queue]) -> None:
+        """Log a WARNING (logger ``steadyflow.worker``) for each new flow whose queue
+        `declared` does not hold."""
+        for fd in flows:
+            if (fd.name, fd.version) in self._seen:
+                continue
+            self._seen.add((fd.name, fd.version))
+            told = (fd.name, fd.queue)
+            if fd.queue == DEFAULT_QUEUE or fd.queue in declared or told in self._told:
+                continue
+            self._told.add(told)
+            log.warning(
+                "flow %s runs on queue %r, which no Queue(%r, ...) in the registry declares: "
+                "its runs there have no concurrency or rate limits (declare the queue, or "
+                "check its name)", fd.name, fd.queue, fd.queue,
+                extra={"flow": fd.name, "queue": fd.queue},
+            )  # fmt: skip
 
 
 def claim_limits(queues: Iterable[Queue], executing: Mapping[str, int]) -> list[QueueLimits]:

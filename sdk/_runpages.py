@@ -1,8 +1,9 @@
 """Pages of runs with filters and cursors, for the operator surfaces (CLI, HTTP API).
 
-`Client.list_runs` filters by status, flow and parent in the store and returns
-the newest runs; `page_runs` adds the filters operators ask for (queue, tenant,
-created since) and cursor paging on top of it. Order: newest first, by
+`Client.list_runs` filters by status, flow, parent (in the store) and what a
+waiting run waits on, and returns the newest runs; `page_runs` adds the
+filters operators ask for (queue, tenant, created since) and cursor paging on
+top of it. Order: newest first, by
 ``(created_at, run_id)``; a cursor is that pair of the last run of a page, so
 a run created while an operator pages does not shift the pages (it sorts
 before the cursor and shows up on a fresh first page).
@@ -23,8 +24,16 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from sdk._checks import MAX_PAGE, check_count, check_optional_id, check_status, show
-from sdk._types import RunRecord, RunStatus
+from sdk._checks import (
+    MAX_PAGE,
+    check_count,
+    check_optional_id,
+    check_status,
+    check_wait_kind,
+    show,
+)  # fmt: skip
+from sdk._types import RunRecord, RunStatus, WaitKind
+from sdk._waiting import matches
 from sdk.errors import InvalidArgument
 
 if TYPE_CHECKING:
@@ -39,6 +48,10 @@ def _status(value: RunStatus | str | None) -> RunStatus | None:
     return None if value is None else check_status(value)
 
 
+def _kind(value: WaitKind | str | None) -> WaitKind | None:
+    return None if value is None else check_wait_kind(value, "run filter: waiting_on")
+
+
 @attrs.frozen
 class RunFilter:
     """Which runs a page holds; None matches every value.
@@ -50,6 +63,9 @@ class RunFilter:
         tenant_id: a tenant id.
         parent_run_id: only the child flows this run started.
         since: only runs created at or after this aware datetime.
+        waiting_on: a `WaitKind` (or its string): only runs waiting on one.
+        top_level: only runs that neither another run (a child flow) nor a
+            schedule's tick started.
     """
 
     status: RunStatus | None = attrs.field(default=None, converter=_status)
@@ -58,6 +74,8 @@ class RunFilter:
     tenant_id: str | None = None
     parent_run_id: str | None = None
     since: datetime | None = None
+    waiting_on: WaitKind | None = attrs.field(default=None, converter=_kind)
+    top_level: bool = False
 
     def __attrs_post_init__(self) -> None:
         for name in ("flow", "queue", "tenant_id", "parent_run_id"):
@@ -76,6 +94,8 @@ class RunFilter:
             and (self.tenant_id is None or run.tenant_id == self.tenant_id)
             and (self.status is None or run.status is self.status)
             and (self.since is None or run.created_at >= self.since)
+            and (self.waiting_on is None or matches(run, self.waiting_on))
+            and (not self.top_level or (run.parent_run_id is None and run.schedule_id is None))
         )
 
 
@@ -135,8 +155,9 @@ async def page_runs(
     fetch = min(max(2 * (limit + 1), 100), MAX_PAGE)
     while True:
         rows = await client.list_runs(
-            where.status, where.flow, fetch, parent_run_id=where.parent_run_id
-        )
+            where.status, where.flow, fetch, parent_run_id=where.parent_run_id,
+            waiting_on=where.waiting_on,
+        )  # fmt: skip
         exhausted = len(rows) < fetch
         rows.sort(key=_key, reverse=True)
         # Runs created at the same instant as the oldest row read may be cut off by

@@ -6,8 +6,9 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from sdk import _waiting
 from sdk._serde import converter, dumps, loads, type_path
-from sdk._types import ErrorInfo, Reason, RunRecord, RunStatus, Versions
+from sdk._types import ErrorInfo, Reason, RunRecord, RunStatus, Versions, WaitingOn
 from sdk.errors import (
     CorruptRecord,
     Forbidden,
@@ -36,6 +37,8 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+_WAITING = (RunStatus.WAITING_FOR_SIGNAL, RunStatus.WAITING_FOR_HUMAN)
 
 
 def utc(value: float) -> datetime:
@@ -126,7 +129,15 @@ def run_record(stored: StoredRun) -> RunRecord:
         start_at=timestamp(stored.start_at),
         lease_owner=stored.lease_owner,
         lease_expires_at=timestamp(stored.lease_expires_at),
+        waiting_on=_waiting_on(stored),
     )
+
+
+def _waiting_on(stored: StoredRun) -> tuple[WaitingOn, ...]:
+    # only a waiting run waits: a list left by an older store's transition is ignored
+    if stored.waiting_on is None or stored.status not in _WAITING:
+        return ()
+    return _waiting.decode(stored.waiting_on)
 
 
 def _datetime(value: float) -> datetime:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from sdk._checks import check_id, check_optional_id
 from sdk._clientbase import ClientBase, RunHandle
-from sdk._events import event_mailbox, json_data, run_id_for, tokens_for
+from sdk._events import check_event_data, event_mailbox, json_data, run_id_for, tokens_for
 from sdk._serde import dumps
 from sdk.errors import Forbidden, RunNotFound
 from stores.protocol import EventDelivered, EventType, Refused
@@ -51,7 +51,9 @@ class EventSending(ClientBase):
 
         Args:
             name: the event's name.
-            data: its data, plain JSON (a dict when waits filter on fields).
+            data: its data: a JSON object (field -> value; ``wait_for_event``
+                filters match its top-level fields) or None. Anything else (a
+                string, a number, a list) no filter could match: `InvalidArgument`.
             event_id: de-duplicates: an event id reaches each listening wait at
                 most once, and starts each ``on_event`` flow at most once (run id
                 ``f"{flow name}:{event_id}"``), so sending it again (a retried
@@ -76,6 +78,7 @@ class EventSending(ClientBase):
         if self.authorizer is not None and actor is None:
             raise Forbidden(f"send_event({name!r}) needs an actor (an authorizer is set)")
         value = json_data(data, self.serializer, f"data of event {name!r}")
+        check_event_data(name, value)
         payload = dumps(value)
         self.serializer.check_size(payload, f"data of event {name!r}")
         # the flows it starts are checked (their run ids) before anything is written

@@ -25,8 +25,14 @@ __all__ = [
     "RunRecord",
     "RunStatus",
     "Versions",
+    "WaitKind",
+    "WaitingOn",
     "WorkerInfo",
 ]
+
+#: The most `RunRecord.waiting_on` entries kept for one run (a run that waits on
+#: a thousand children keeps this many, every kind it waits on among them).
+MAX_WAITING_ON = 20
 
 
 class Reason(enum.StrEnum):
@@ -194,6 +200,71 @@ class Decision:
     payload: Any = None
 
 
+class WaitKind(enum.StrEnum):
+    """What a waiting run waits for (`WaitingOn.kind`); equal to its string value."""
+
+    HUMAN = "human"
+    """A person's decision: ``wait_for(name, human=True)`` (`Client.approve` /
+    `Client.deny`), or the approval ``replay:{step key}`` of a replayed step
+    whose replay policy is ``require_human``."""
+    SIGNAL = "signal"
+    """A signal: ``wait_for(name)`` (`Client.signal`)."""
+    EVENT = "event"
+    """An event: ``wait_for_event(name, match=...)`` (`Client.send_event`)."""
+    CHILD = "child"
+    """A child run's outcome: ``await handle.result()`` / `run_child`."""
+    SLEEP = "sleep"
+    """A time: `sleep`, `sleep_until`, or an asyncio timer of the flow
+    (``asyncio.sleep``, ``asyncio.timeout``, ``asyncio.wait(timeout=)``)."""
+    RETRY = "retry"
+    """The next attempt of a failed step, at its retry policy's backoff."""
+    CALLBACK = "callback"
+    """A callback's completion (reserved for ``create_callback``)."""
+    UPDATE = "update"
+    """An update (reserved for ``on_update``)."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@attrs.frozen
+class WaitingOn:
+    """One thing a waiting run waits for (`RunRecord.waiting_on`), as its flow wrote it.
+
+    Attributes:
+        kind: a `WaitKind` (or, written by a newer version, another string).
+        name: the approval or signal name, the event name, the child's run id,
+            the step key of a retry (``"charge#1"``); None for a sleep.
+        deadline: when the wait ends by itself: its timeout, the sleep's end,
+            the retry's time; None without one.
+        match: an event wait's filter (field -> value), None otherwise.
+    """
+
+    kind: str
+    name: str | None = None
+    deadline: datetime | None = None
+    match: dict[str, Any] | None = None
+
+    def describe(self) -> str:
+        """What a person reads: ``human approval 'refund' until 2026-01-02T10:00:00Z``."""
+        name = f" {self.name!r}" if self.name is not None else ""
+        texts: dict[str, str] = {
+            WaitKind.HUMAN: f"human approval{name}",
+            WaitKind.SIGNAL: f"signal{name}",
+            WaitKind.EVENT: f"event{name}",
+            WaitKind.CHILD: f"child run{name}",
+            WaitKind.SLEEP: "sleep",
+            WaitKind.RETRY: f"retry of step{name}",
+        }
+        text = texts.get(self.kind, f"{self.kind}{name}")
+        if self.match:
+            text += " where " + ", ".join(f"{k}={v!r}" for k, v in self.match.items())
+        if self.deadline is not None:
+            at = self.deadline.isoformat(timespec="seconds").replace("+00:00", "Z")
+            text += f" at {at}" if self.kind in (WaitKind.SLEEP, WaitKind.RETRY) else f" until {at}"
+        return text
+
+
 @attrs.frozen
 class RunRecord:
     """A run as stored. Read it with `Client.get`.
@@ -223,6 +294,15 @@ class RunRecord:
     `WorkerInfo.worker_id`) and `lease_expires_at` when its lease runs out
     unless the worker's heartbeat renews it; both None while no activation
     holds the run (queued, parked, ended, or its lease expired).
+
+    `waiting_on` says what a run in a waiting status waits for, as its flow
+    wrote it (`WaitingOn`: a human approval, a signal, an event and its match,
+    a child run, a sleep, a retry), one entry per wait, in the order the flow
+    made them (racing waits, ``asyncio.gather`` of children: several). It is
+    written in the same atomic write that parks the run and cleared when the
+    run leaves the waiting status; empty otherwise (also for a run parked by a
+    version before it was kept). At most `MAX_WAITING_ON` entries are kept
+    (every kind among them): `Client.list_runs(waiting_on=...)` filters on it.
 
     `damage` is None when the whole stored record could be read. Otherwise it
     names the key and says what could not be read ("<key>: <what>; <what>"):
@@ -266,6 +346,7 @@ class RunRecord:
     start_at: datetime | None = None  # a delayed start (start_at / start_in): when it is queued
     lease_owner: str | None = None  # the worker executing it now (`WorkerInfo.worker_id`)
     lease_expires_at: datetime | None = None  # its lease's end unless the worker renews it
+    waiting_on: tuple[WaitingOn, ...] = ()  # what a waiting run waits for (see above)
 
 
 @attrs.frozen

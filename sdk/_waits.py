@@ -16,16 +16,18 @@ from typing import TYPE_CHECKING
 import attrs
 
 from sdk import _steprun
+from sdk._children import ChildWaitOp
 from sdk._journal import Kind, Record, State
 from sdk._ops import EventWaitOp, Op, Outcome, SleepOp, StepOp, TimerOp, WaitOp
-from sdk._serde import loads
-from sdk._types import RunStatus
-from stores.protocol import Consumed, Mailbox
+from sdk._serde import dumps, loads
+from sdk._types import RunStatus, WaitingOn, WaitKind
+from sdk._waiting import at, capped
+from stores.protocol import Consumed, EventType, Mailbox, StepEvent
 
 if TYPE_CHECKING:
     from sdk._activation import Activation
 
-__all__ = ["ParkPlan", "due", "holds", "park_plan", "start", "start_next"]
+__all__ = ["ParkPlan", "describe", "due", "holds", "park_plan", "start", "start_next"]
 
 
 def due(op: Op) -> float | None:
@@ -119,8 +121,11 @@ def start_next(act: Activation) -> None:
 
 async def _fire(act: Activation, op: Op) -> None:
     at = due(op)
+    # its event says when it ended, in the same write: a timeline places what the
+    # flow did next after it (docs/operations.md, "Timeline times")
+    said = StepEvent(EventType.WAIT_COMPLETED, dumps({"kind": op.kind.value, "due": at}))
     await act.writes.resolve(
-        op, lambda r: Record(op.key, op.pos, op.kind, State.OK, due=at, r=r), Outcome(None)
+        op, lambda r: Record(op.key, op.pos, op.kind, State.OK, due=at, r=r), Outcome(None), said
     )
     if isinstance(op, SleepOp):
         act.call_finished(op)
@@ -193,15 +198,36 @@ def _empty(act: Activation, op: Op, box: Mailbox) -> None:
     act.waiting[op.pos] = op
 
 
+def describe(op: Op) -> WaitingOn | None:
+    """What a call the run parks on waits for; None for a call it does not park on."""
+    if isinstance(op, ChildWaitOp):
+        return WaitingOn(WaitKind.CHILD, op.child.run_id, at(op.deadline))
+    if isinstance(op, EventWaitOp):
+        return WaitingOn(WaitKind.EVENT, op.name, at(op.deadline), dict(op.match))
+    if isinstance(op, WaitOp):
+        kind = WaitKind.HUMAN if op.human else WaitKind.SIGNAL
+        return WaitingOn(kind, op.name, at(op.deadline))
+    if isinstance(op, (SleepOp, TimerOp)):
+        return WaitingOn(WaitKind.SLEEP, None, at(op.due))
+    if isinstance(op, StepOp):
+        if op.approval:  # a replayed step whose policy asks a person first
+            return WaitingOn(WaitKind.HUMAN, f"replay:{op.key}")
+        if op.retry_due is not None:
+            return WaitingOn(WaitKind.RETRY, op.key, at(op.retry_due))
+    return None
+
+
 @attrs.frozen
 class ParkPlan:
-    """What parking a run writes: the deadlines its waiting calls keep, what it waits on."""
+    """What parking a run writes: the deadlines its waiting calls keep, what it waits on
+    (`waiting_on`: its `RunRecord.waiting_on`)."""
 
     records: list[tuple[str, str]]
     mailboxes: list[Mailbox]
     approvers: dict[Mailbox, tuple[str, ...]]
     status: RunStatus
     deadline: float | None
+    waiting_on: tuple[WaitingOn, ...]
 
 
 def park_plan(act: Activation) -> ParkPlan | None:
@@ -232,12 +258,14 @@ def park_plan(act: Activation) -> ParkPlan | None:
             mailboxes.add(_steprun.approval_mailbox(op))
             human = True
     dues = [d for op in alive if (d := due(op)) is not None]
+    described = [w for op in alive if (w := describe(op)) is not None]
     return ParkPlan(
         records,
         sorted(mailboxes, key=lambda b: (b.human, b.name)),
         approvers,
         RunStatus.WAITING_FOR_HUMAN if human else RunStatus.WAITING_FOR_SIGNAL,
         min(dues) if dues else None,
+        tuple(capped(described)),
     )
 
 

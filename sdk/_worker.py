@@ -26,7 +26,7 @@ from sdk._flowdef import FlowDef
 from sdk._heartbeat import Heartbeat
 from sdk._intercept import Interceptor
 from sdk._outbox import ChannelDef
-from sdk._queues import claim_limits
+from sdk._queues import UndeclaredQueues, claim_limits
 from sdk._registry import Registry, channel_def_of, flow_def_of, version_order
 from sdk._serde import converter as records
 from sdk._serde import dumps
@@ -172,6 +172,7 @@ class Worker(Heartbeat):
         # runs whose activation was interrupted because the heartbeat found the
         # lease lost (canceled, or taken over): nothing to hand back for them
         self._lost: set[str] = set()
+        self._queue_check = UndeclaredQueues()  # says so once per flow on an undeclared queue
         self._channels = None if channels is None else [self._resolve_channel(c) for c in channels]
         # child flows' ends and cascading cancels: served by every worker
         self._internal = internal_channels(store, self.clock)
@@ -267,6 +268,10 @@ class Worker(Heartbeat):
         """
         free = max(self.concurrency - len(self._inflight), 0)
         served = self._served()
+        self._queue_check.check(
+            [fd for name, v in served if (fd := self._flow(name, v)) is not None],
+            self.registry.queues(),
+        )
         names = list(dict.fromkeys(name for name, _ in served))
         await self._ticker.ensure(names)  # the @scheduled flows' schedules (once)
         if not served:

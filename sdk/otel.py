@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from contextvars import ContextVar, Token
 from typing import TYPE_CHECKING, Any
 
@@ -42,11 +42,12 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from sdk._intercept import ActivationInfo, ActivationOutcome, ActivationReason, Interceptor
+from sdk._waiting import key_label, kinds
 
 if TYPE_CHECKING:
     from sdk._client import Client
     from sdk._queues import QueueInfo
-    from sdk._types import RunOptions
+    from sdk._types import RunOptions, WaitingOn
 
 __all__ = ["OtelInterceptor"]
 
@@ -313,7 +314,19 @@ class OtelInterceptor(Interceptor):
             current = trace.get_current_span()
             if current.is_recording():
                 span = current
-        span.add_event(name, {"steadyflow.call_key": key, "steadyflow.call_kind": kind, **more})
+        # the call as the flow wrote it ("wait approve", "sleep", "child shop.line"), not
+        # its journal key
+        call = key_label(key) or key
+        span.add_event(name, {"steadyflow.call": call, "steadyflow.call_kind": kind, **more})
+
+    def run_parked(self, run_id: str, waiting_on: Sequence[WaitingOn]) -> None:
+        live = self._live.get(run_id)
+        if live is None:
+            return
+        live.span.set_attributes({
+            "steadyflow.waiting_on": [w.describe() for w in waiting_on],
+            "steadyflow.waiting_on.kinds": kinds(waiting_on),
+        })  # fmt: skip
 
     def timer_fired(self, run_id: str, key: str, kind: str, due: float, fired: float) -> None:
         lag = max(fired - due, 0.0)

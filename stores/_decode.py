@@ -106,6 +106,7 @@ def stored_run(run_id: str, h: dict[str, str], key: str = "") -> StoredRun:
             schedule_id=_opt(h.get("schedule")),
             lease_owner=_opt(h.get("lease_owner")),
             lease_expires_at=_float(h.get("lease_exp")),
+            waiting_on=_opt(h.get("waiting_on")),
             retry=_opt(h.get("retry")),
             format_version=int(h.get("v", 1)),
             generation=int(h.get("gen") or 0),
@@ -229,6 +230,7 @@ def damaged_run(run_id: str, h: dict[str, str], key: str, what: str | None = Non
         schedule_id=_opt(fields.get("schedule")),
         lease_owner=_opt(fields.get("lease_owner")),
         lease_expires_at=fields.get("lease_exp"),
+        waiting_on=_opt(fields.get("waiting_on")),
         retry=_opt(fields.get("retry")),
         format_version=fields.get("v", 1),
         generation=fields.get("gen", 0),
@@ -244,7 +246,7 @@ _FIELDS = (
     "environment", "versions", "policy_snapshot_id", "cp_n", "resume_from_checkpoint_id",
     "source_run_id", "source_checkpoint_id", "root_run_id", "retry", "v", "gen",
     "parent", "top", "pclose", "ckey", "start_at",
-    "schedule", "lease_owner", "lease_exp", "args_hash",
+    "schedule", "lease_owner", "lease_exp", "args_hash", "waiting_on",
 )  # fmt: skip
 
 

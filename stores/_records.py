@@ -205,6 +205,7 @@ class StoredRun:
     lease_owner: str | None = None  # the worker holding the run's lease, while one does
     lease_expires_at: float | None = None  # ...and when that lease runs out unless renewed
     args_hash: str | None = None  # what a start with the same id compares (`NewRun.args_hash`)
+    waiting_on: str | None = None  # JSON: what a parked run waits for (`Store.suspend`)
     damage: str | None = None
     """What of the stored record could not be read ("<key>: <what>; ..."), None
     when all of it could: the fields it names hold their defaults here, and a

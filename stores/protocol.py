@@ -329,9 +329,15 @@ class Store(
         *,
         approvers: Mapping[Mailbox, Sequence[str]] | None = None,
         sticky: float | None = None,
+        waiting_on: str | None = None,
     ) -> Parked:
         """Park a run on its mailboxes and deadline, writing `records` first, and
         re-checking the mailboxes (a signal that landed meanwhile is not lost).
+
+        `waiting_on` (the engine's JSON, kept opaque) describes what the run
+        waits for: a parked run keeps it as `StoredRun.waiting_on` until it
+        leaves its waiting status (any transition out of it clears it); a run
+        that is `READY` instead does not keep it.
 
         With `sticky` (seconds), the lease owner keeps the parked run in memory:
         when it is ready again, `wait_ready(owner=...)` of that owner wakes, and

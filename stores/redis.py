@@ -353,6 +353,7 @@ class RedisStore(Claiming, Reads, Control, Outbox, Workers, Events, Schedules, C
         *,
         approvers: Mapping[Mailbox, Sequence[str]] | None = None,
         sticky: float | None = None,
+        waiting_on: str | None = None,
     ) -> Parked:
         k = self.keys
         flat = [x for pair in records for x in pair]
@@ -368,7 +369,7 @@ class RedisStore(Claiming, Reads, Control, Outbox, Workers, Events, Schedules, C
                 k.base_of(run_id), run_id, str(fence), num(now),
                 "" if deadline is None else num(deadline), status.value,
                 str(len(records)), *flat, str(len(boxes)), *boxes,
-                "" if sticky is None else num(sticky), *allowed,
+                "" if sticky is None else num(sticky), waiting_on or "", *allowed,
             ],
         )  # fmt: skip
         _decode.corrupt(run_id, reply)

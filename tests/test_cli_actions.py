@@ -1,5 +1,5 @@
 """The privileged commands (signal, approve, deny, cancel, resume, replay, fork,
-delete) and ``schedules``: their effects through `Client`, their exit codes, and
+send-event, delete) and ``schedules``: their effects through `Client`, their exit codes, and
 the authorizer (``--authorizer`` / ``$STEADYFLOW_AUTHORIZER``, ``--actor`` /
 ``$STEADYFLOW_ACTOR``) refusing and auditing exactly as in Python."""
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from sdk import Decision, RunRecord, flow
+from sdk import Decision, RunRecord, flow, wait_for_event
 from sdk.cli._options import ExitCode
 from tests.test_cli_runs import (  # noqa: F401 (the env fixture)
     CliEnv,
@@ -144,6 +144,50 @@ def test_acting_on_an_unknown_run_exits_3(env: CliEnv, argv: tuple[str, ...]) ->
     assert done.exit_code == ExitCode.NOT_FOUND, done.output
     assert "'nope'" in done.stderr
     assert "Traceback" not in done.output
+
+
+# -- send-event -------------------------------------------------------------------------
+
+
+@flow(name="tests.cli.pickup")
+async def pickup(order_id: str) -> Any:
+    return await wait_for_event("carrier.pickup", match={"order_id": order_id})
+
+
+def test_send_event_reaches_the_run_whose_wait_it_matches(env: CliEnv) -> None:
+    start(env, pickup, "o-1", run_id="pickup-1")
+    start(env, pickup, "o-2", run_id="pickup-2")
+    env.drive([pickup])
+
+    sent = env.cli(
+        "send-event", "carrier.pickup", '{"order_id": "o-1", "carrier": "dhl"}',
+        "--event-id", "hook-1", "--actor", "webhook",
+    )  # fmt: skip
+    assert sent.exit_code == 0, sent.output
+    assert sent.stdout.split() == ["pickup-1"]
+    again = env.json("send-event", "carrier.pickup", '{"order_id": "o-1"}', "--event-id", "hook-1")
+    assert again == {"run_ids": []}  # the same event id: delivered once
+    none = env.cli("send-event", "carrier.pickup", '{"order_id": "o-9"}')
+    assert none.exit_code == 0 and "no run waits for it" in none.stderr
+    env.drive([pickup])
+
+    assert env.json("runs", "show", "pickup-1")["run"]["result"] == {
+        "order_id": "o-1", "carrier": "dhl",
+    }  # fmt: skip
+    assert status_of(env, "pickup-2") == "waiting_for_signal"
+    delivered = [d for t, d in event_types(env, "pickup-1") if t == "event.delivered"]
+    assert [(d["name"], d["event_id"], d["actor"]) for d in delivered] == [
+        ("carrier.pickup", "hook-1", "webhook")
+    ]
+
+
+def test_send_event_refuses_data_no_wait_could_match(env: CliEnv) -> None:
+    for data in ('"notadict"', "[1, 2]", "3"):
+        done = env.cli("send-event", "carrier.pickup", data)
+        assert done.exit_code == ExitCode.USAGE, (data, done.output)
+        assert "must be a JSON object (field -> value) or null" in done.stderr
+    bad = env.cli("send-event", "carrier.pickup", "{not json")
+    assert bad.exit_code == ExitCode.USAGE and "is not JSON" in bad.output
 
 
 # -- cancel, resume, replay, fork, delete -----------------------------------------

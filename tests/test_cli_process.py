@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from sdk import Client, flow, wait_for
+from sdk import Client, RunStatus, flow, step, wait_for, wait_for_event
 from stores.redis import RedisStore
 from tests.crashflows import ROOT, STEADYFLOW, until
 
@@ -30,6 +30,21 @@ async def greet(name: str) -> str:
 async def gate() -> str:
     opened = await wait_for("open")
     return f"opened {opened}"
+
+
+@step
+async def bill(amount: int) -> None:
+    raise ValueError(f"card declined for {amount}")
+
+
+@flow(queue="tests.cli_process.billing")  # declared nowhere: the worker says so
+async def billing(amount: int) -> None:
+    await bill(amount)
+
+
+@flow
+async def pickup(order_id: str) -> Any:
+    return await wait_for_event("carrier.pickup", match={"order_id": order_id})
 
 
 async def steadyflow(*argv: str, url: str, prefix: str) -> subprocess.CompletedProcess[str]:
@@ -129,3 +144,55 @@ def _default_sigint() -> None:
 
 async def _is_waiting(client: Client) -> bool:
     return (await client.get("gate-1")).status.value == "waiting_for_signal"
+
+
+async def test_a_worker_process_logs_failures_and_undeclared_queues_and_send_event_delivers(
+    redis_url: str, key_prefix: str, real_store: RedisStore, tmp_path: Path
+) -> None:
+    client = Client(real_store)
+    log = (tmp_path / "worker.log").open("w")
+    worker = await asyncio.create_subprocess_exec(
+        STEADYFLOW, "worker", "tests.test_cli_process", "--store", redis_url,
+        "--prefix", key_prefix, "--lease-ttl", "2",
+        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        await client.start(billing, 5, run_id="bill-1")
+        await client.start(pickup, "o-1", run_id="pickup-1")
+
+        async def settled() -> bool:
+            bill_run, pick = await client.get("bill-1"), await client.get("pickup-1")
+            return bill_run.status is RunStatus.FAILED and bool(pick.waiting_on)
+
+        await until(settled, 30, "bill-1 to fail and pickup-1 to wait for its event")
+        sent = await steadyflow(
+            "send-event", "carrier.pickup", '{"order_id": "o-1", "carrier": "dhl"}',
+            "--event-id", "hook-1", url=redis_url, prefix=key_prefix,
+        )  # fmt: skip
+        assert sent.returncode == 0, sent.stderr
+        assert sent.stdout.split() == ["pickup-1"]
+        bad = await steadyflow(
+            "send-event", "carrier.pickup", '"notadict"', url=redis_url, prefix=key_prefix
+        )
+        assert bad.returncode == 2 and "must be a JSON object" in bad.stderr
+        assert await client.handle("pickup-1").result(timeout=30) == {
+            "order_id": "o-1", "carrier": "dhl",
+        }  # fmt: skip
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        code = await asyncio.wait_for(worker.wait(), 30)
+        log.close()
+    text = (tmp_path / "worker.log").read_text()
+    assert code == 0, text
+    failed = [line for line in text.splitlines() if "failed:" in line]
+    assert len(failed) == 1, text
+    said = (
+        " WARNING steadyflow.worker: run bill-1 of flow tests.test_cli_process.billing "
+        "failed: builtins:ValueError: card declined for 5 (step bill#1, reason step_failed)"
+    )
+    assert said in failed[0]
+    queue = [line for line in text.splitlines() if "no Queue(" in line]
+    assert len(queue) == 1 and " WARNING " in queue[0], text
+    assert (
+        "flow tests.test_cli_process.billing runs on queue 'tests.cli_process.billing'" in queue[0]
+    )

@@ -154,7 +154,7 @@ def test_stuck_waiting_is_named_and_decided(env: CliEnv) -> None:
     run_id = waiting_run(env)
 
     shown = env.cli("runs", "show", run_id)
-    assert "waiting for: signal 'ok'" in shown.stdout
+    assert "waiting for: human approval 'ok'" in shown.stdout
     assert env.cli("approve", run_id, "ok", "--actor", "alice").exit_code == 0
     assert env.cli("signal", run_id, "go").exit_code == 0
     env.drive()

@@ -205,6 +205,29 @@ def test_runs_list_filters_by_status_flow_queue_tenant_and_since(env: CliEnv) ->
     assert ids("--since", future) == []
 
 
+def test_runs_list_shows_and_filters_what_waiting_runs_wait_on(env: CliEnv) -> None:
+    waiting_run(env, "order-1")
+    start(env, broken, "pay", run_id="broken-1")
+    env.drive()
+
+    def ids(*argv: str) -> list[str]:
+        return [r["run_id"] for r in env.json("runs", "list", *argv)["runs"]]
+
+    assert ids("--waiting-on", "human") == ["order-1"]
+    assert ids("--waiting-on", "signal") == []
+    assert ids("--waiting-on", "human", "--status", "failed") == []
+    listed = env.json("runs", "list")["runs"]
+    assert {r["run_id"]: r["waiting_on"] for r in listed} == {
+        "order-1": [{"kind": "human", "name": "ok", "deadline": None, "match": None}],
+        "broken-1": [],
+    }
+    human = env.cli("runs", "list")
+    assert "WAITING ON" in human.stdout and "DURATION" in human.stdout
+    assert "approval ok" in human.stdout
+    bad = env.cli("runs", "list", "--waiting-on", "approval")
+    assert bad.exit_code == 2 and "'approval' is not one of 'human'" in bad.output
+
+
 def test_runs_list_pages_with_the_cursor_it_prints(env: CliEnv) -> None:
     for n in range(7):
         start(env, quick, n, run_id=f"quick-{n}")
@@ -253,17 +276,18 @@ def test_runs_show_says_what_a_waiting_run_waits_for(env: CliEnv) -> None:
     shown = env.json("runs", "show", run_id)
     assert shown["run"]["run_id"] == run_id
     assert shown["run"]["status"] == "waiting_for_human"
-    assert shown["waits"] == [
-        {"kind": "signal", "name": "ok", "key": "~wait:ok#1", "due": None, "attempts": None}
-    ]
+    # the human approval the flow asked for, as it wrote it: no journal key
+    assert shown["waits"] == [{"kind": "human", "name": "ok", "deadline": None, "match": None}]
+    assert shown["run"]["waiting_on"] == shown["waits"]
     assert shown["queue"]["name"] == "cli-q"
     assert shown["approvers"] == {}  # the wait names none: the authorizer alone decides
     assert shown["serving_workers"] == []  # the test's worker has stopped
 
     human = env.cli("runs", "show", run_id)
     assert human.exit_code == 0
-    assert "waiting for: signal 'ok'" in human.stdout
+    assert "waiting for: human approval 'ok'" in human.stdout
     assert "waiting_for_human" in human.stdout
+    assert "~" not in human.stdout
 
 
 def test_runs_show_prints_the_error_of_a_failed_run(env: CliEnv) -> None:
@@ -310,16 +334,19 @@ def test_runs_timeline_shows_retries_waits_and_durations(env: CliEnv) -> None:
     retry = steps["flaky#1"]["entries"][0]
     assert retry["kind"] == "retry"
     assert "first try of order-1 fails" in retry["detail"]
-    assert steps["ok"]["status"] == "completed"
-    assert steps["go"]["status"] == "completed"
+    assert steps["approval ok"]["status"] == "completed"
+    assert steps["signal go"]["status"] == "completed"
     starts = [e["started_at"] for e in root["entries"]]
     assert starts == sorted(starts)  # time-ordered
     assert any(e["label"] == "run.completed" for e in root["entries"])
 
     human = env.cli("runs", "timeline", run_id)
     assert human.exit_code == 0
-    for text in ("run order-1", "step flaky#1", "attempt 1 failed", "wait ok", "wait go"):
+    for text in (
+        "run order-1", "step flaky#1", "attempt 1 failed", "wait approval ok", "wait signal go"
+    ):  # fmt: skip
         assert text in human.stdout, text
+    assert "~" not in human.stdout
 
 
 def test_runs_timeline_nests_child_flows(env: CliEnv) -> None:

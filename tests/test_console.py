@@ -8,13 +8,25 @@ import asyncio
 import contextlib
 import re
 from collections.abc import AsyncIterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from sdk import Client, RetryPolicy, RunStatus, Worker, flow, step, wait_for
+from sdk import (
+    Client,
+    Queue,
+    RetryPolicy,
+    RunStatus,
+    Worker,
+    flow,
+    run_child,
+    sleep,
+    step,
+    wait_for,
+)
 from sdk.http import BearerTokens, create_app
 from stores.redis import RedisStore
 
@@ -80,6 +92,23 @@ async def refuse(why: str) -> None:
 @flow(name="tests.console.refused")
 async def refused(why: str) -> None:
     await refuse(why)
+
+
+@flow(name="tests.console.line_reservation")
+async def line(sku: str) -> str:
+    return f"held {sku}"
+
+
+@flow(
+    name="tests.console.order_fulfillment",
+    queue=Queue("tests.console.payments", concurrency=4),
+)
+async def fulfillment(order_id: str, skus: list[str]) -> list[str]:
+    """Children first, then a person approves, then a sleep: three kinds of waits."""
+    holds = await asyncio.gather(*(run_child(line, sku) for sku in skus))
+    await wait_for("manager-approval", human=True)
+    await sleep(60)
+    return list(holds)
 
 
 # -- the harness ------------------------------------------------------------------------
@@ -171,12 +200,12 @@ async def test_runs_list_filters_pages_and_finds_a_run_by_id(client: Client) -> 
     await client.start(echo, "later", run_id="pending-1")
     async with console(client) as http:
         first = await http.get("/ui/runs", params={"limit": 3})
-        ids = re.findall(r'<td data-label="Run"><a href="/ui/runs/([^"]+)">', first.text)
+        ids = re.findall(r'<a class="runid" href="/ui/runs/([^"]+)">', first.text)
         assert ids == ["pending-1", "echo-6", "echo-5"]
         cursor = re.search(r'cursor=([^"&]+)"', first.text)
         assert cursor is not None
         second = await http.get(f"/ui/runs?limit=3&cursor={cursor.group(1)}")
-        assert re.findall(r'<a href="/ui/runs/(echo-\d)">', second.text) == [
+        assert re.findall(r'<a class="runid" href="/ui/runs/(echo-\d)">', second.text) == [
             "echo-4", "echo-3", "echo-2"
         ]  # fmt: skip
         pending = await http.get("/ui/runs", params={"status": "pending"})
@@ -187,7 +216,7 @@ async def test_runs_list_filters_pages_and_finds_a_run_by_id(client: Client) -> 
         exact = await http.get("/ui/runs", params={"q": "echo-3"})
         assert exact.status_code == 303 and exact.headers["location"] == "/ui/runs/echo-3"
         part = await http.get("/ui/runs", params={"q": "cho-"})
-        assert len(re.findall(r'<a href="/ui/runs/echo-\d">', part.text)) == 7
+        assert len(re.findall(r'<a class="runid" href="/ui/runs/echo-\d">', part.text)) == 7
         bad = await http.get("/ui/runs", params={"since": "yesterday"})
         assert bad.status_code == 422 and "is not a date and time" in bad.text
 
@@ -220,6 +249,89 @@ async def test_run_page_shows_the_wait_the_retry_and_collapses_large_payloads(
         assert missing.status_code == 404 and "No run no-such-run" in missing.text
         for path in ("/ui/queues", "/ui/schedules", "/ui/workers"):
             assert (await http.get(path)).status_code == 200
+
+
+async def test_the_runs_list_shows_top_level_runs_what_they_wait_on_and_how_long(
+    client: Client,
+) -> None:
+    await client.start(fulfillment, "o-1", ["apple", "pear"], run_id="order-9")
+    await Worker(client.store).run_until_idle()
+    record = await client.get("order-9")
+    assert [w.kind for w in record.waiting_on] == ["human"]
+    async with console(client) as http:
+        page = (await http.get("/ui/runs")).text
+        runs = re.findall(r'<a class="runid" href="/ui/runs/([^"]+)">', page)
+        assert runs == ["order-9"]  # its child runs are on its page, not among the top level
+        assert "Show child runs and schedule ticks too" in page
+        chip = '<span class="wk wk-human">approval</span> <code>manager-<wbr>approval</code>'
+        assert chip in page
+        assert '<th scope="col" class="num">Duration</th>' in page
+        everything = (await http.get("/ui/runs", params={"children": "1"})).text
+        kids = re.findall(r'<a class="runid" href="/ui/runs/([^"]+)">', everything)
+        assert len(kids) == 3 and kids[-1] == "order-9"
+        assert everything.count('child of <a href="/ui/runs/order-9">') == 2
+        approvals = (await http.get("/ui/runs", params={"waiting_on": "human"})).text
+        assert re.findall(r'<a class="runid" href="/ui/runs/([^"]+)">', approvals) == ["order-9"]
+        sleeping = (await http.get("/ui/runs", params={"waiting_on": "sleep"})).text
+        assert "No runs match." in sleeping
+        run = (await http.get("/ui/runs/order-9")).text
+        assert "Child runs (2)" in run and run.count("tests.console.line_reservation") >= 2
+        # what it waits on, as the flow wrote it: no journal key outside the raw JSON
+        waits = run.split('aria-labelledby="waits-h"')[1].split("</section>")[0]
+        assert "manager-approval" in waits and "~" not in waits
+        timeline = run.split('class="gantt"')[1].split("</ol>")[0]
+        assert "~result" not in timeline and "~wait" not in timeline
+        assert "approval manager-approval" in timeline
+
+
+@flow(name="tests.console.tick")
+async def tick(at: datetime) -> str:
+    return at.isoformat()
+
+
+async def test_schedule_ticks_are_tagged_and_kept_out_of_the_overview(client: Client) -> None:
+    await client.create_schedule("tests.console.hourly", tick, cron="0 * * * *")
+    await client.start(echo, 1, run_id="plain-1")
+    ticked = await client.trigger_schedule("tests.console.hourly")
+    await Worker(client.store, flows=[tick, echo]).run_until_idle()
+    async with console(client) as http:
+        overview = (await http.get("/ui/runs")).text
+        everything = (await http.get("/ui/runs", params={"children": "1"})).text
+        by_flow = (await http.get("/ui/runs", params={"flow": "tests.console.tick"})).text
+        schedules = (await http.get("/ui/schedules")).text
+
+    ids = re.findall(r'<a class="runid" href="/ui/runs/([^"]+)">', overview)
+    assert ids == ["plain-1"]
+    assert ticked.run_id in everything and ticked.run_id in by_flow  # a filter finds it
+    assert 'href="/ui/schedules#schedule-tests.console.hourly"' in everything
+    assert ">schedule tick</a>" in by_flow
+    row = schedules.split('id="schedule-tests.console.hourly"')[1].split("</tr>")[0]
+    assert ticked.run_id in row and 'class="status s-completed"' in row
+
+
+async def test_the_workers_queues_and_schedules_pages_show_fields_not_json(client: Client) -> None:
+    await client.start(echo, 1, queue="tests.console.undeclared")
+    worker = Worker(client.store, flows=[echo], queues=["default", "tests.console.payments"],
+                    name="console-worker-1")  # fmt: skip
+    task = asyncio.create_task(worker.run())
+    try:
+        async with console(client) as http:
+            for _ in range(200):
+                if await client.workers():
+                    break
+                await asyncio.sleep(0.02)
+            page = (await http.get("/ui/workers")).text
+            assert '<li><a class="plain" href="/ui/runs?flow=tests.console.echo">' in page
+            assert '["' not in page  # the flows and queues are chips, not a JSON list
+            assert '<td data-label="Pid" class="num nowrap">' in page
+            assert "<meter" in page
+            queues = (await http.get("/ui/queues")).text
+            row = queues.split("tests.console.undeclared</a>")[1].split("</tr>")[0]
+            assert "not declared here: no limits" in row
+            assert (await http.get("/ui/schedules")).status_code == 200
+    finally:
+        await worker.stop()
+        await task
 
 
 # -- acting -------------------------------------------------------------------------------

@@ -234,3 +234,51 @@ def test_an_approver_approves_and_watches_the_run_finish_live(
     assert small.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
     shot(small, "phone-dark", full=False)
     phone.close()
+
+
+#: Whether every cell of `selector` shows its text on one line (a name broken
+#: mid-word, or a pid wrapped, takes two).
+ONE_LINE = """(selector) => [...document.querySelectorAll(selector)].map((cell) => {
+  const range = document.createRange();
+  range.selectNodeContents(cell);
+  const line = parseFloat(getComputedStyle(cell).lineHeight) || 20;
+  return [cell.textContent.trim(), range.getBoundingClientRect().height <= line * 1.5];
+})"""
+
+
+def test_names_stay_whole_and_child_runs_sit_under_their_parent(
+    deployment: Deployment, browser: Any
+) -> None:
+    deployment.worker("worker")
+    deployment.api("POST", "/v1/runs", json={
+        "flow": "tests.console.order_fulfillment", "args": ["o-1", ["apple", "pear"]],
+        "run_id": "order-77",
+    })  # fmt: skip
+    until("the order to wait for approval",
+          lambda: deployment.status("order-77") == "waiting_for_human")  # fmt: skip
+    page = browser.new_page(viewport={"width": 1024, "height": 800})
+    page.goto(f"{deployment.base}/ui/runs")
+    sign_in(page, ALICE)
+    page.wait_for_url("**/ui/runs")
+    row = page.locator("tr", has=page.get_by_role("link", name="order-77"))
+    assert "approval manager-approval" in " ".join(row.inner_text().split())
+    assert page.locator("tr.child").count() == 0  # its children are on its page
+    cells = page.evaluate(ONE_LINE, "table.runs td.name, table.runs td.num")
+    assert cells and all(whole for _, whole in cells), cells
+    assert ["tests.console.order_fulfillment", True] in cells
+    shot(page, "runs-list", full=False)
+
+    page.get_by_role("link", name="order-77").click()
+    page.wait_for_url("**/ui/runs/order-77")
+    waits = page.locator('[data-wait-kind="human"]')
+    assert "manager-approval" in waits.inner_text()
+    children = page.locator("section[aria-labelledby=children-h] tbody tr")
+    assert children.count() == 2
+    assert "~" not in page.locator(".gantt").inner_text().replace("~child:", "")
+    shot(page, "run-with-children")
+
+    page.goto(f"{deployment.base}/ui/workers")
+    cells = page.evaluate(ONE_LINE, "table.workers td.num, table.workers li")
+    assert cells and all(whole for _, whole in cells), cells
+    assert "[" not in page.locator("table.workers").inner_text()
+    shot(page, "workers", full=False)

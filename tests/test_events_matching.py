@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from sdk import Client, RunRecord, flow, step, wait_for, wait_for_event
+from sdk import Client, RunRecord, RunStatus, flow, step, wait_for, wait_for_event
 from sdk._events import event_mailbox, tokens_for
 from sdk.errors import (
     Forbidden,
@@ -129,9 +129,24 @@ async def test_a_match_on_several_fields_needs_all_of_them_equal(store: RedisSto
 async def test_a_wait_without_match_gets_any_event_of_its_name(store: RedisStore) -> None:
     async with FlowTestEnv(store=store) as env:
         run = await waiting(env, await_any)
-        assert await env.client.send_event("ping", "hello") == [run]
+        assert await env.client.send_event("ping", {"text": "hello"}) == [run]
         await env.run_until_idle()
-        assert await env.client.handle(run).result() == "hello"
+        assert await env.client.handle(run).result() == {"text": "hello"}
+
+
+async def test_data_no_wait_could_match_is_refused_and_nothing_is_delivered(
+    store: RedisStore,
+) -> None:
+    async with FlowTestEnv(store=store) as env:
+        run = await waiting(env, await_any)
+        # a filter matches fields of an object: a string, a number, a list has none
+        for data in ("notadict", 7, [1, 2], True):
+            with pytest.raises(InvalidArgument, match=r"data of event 'ping' must be a JSON obj"):
+                await env.client.send_event("ping", data)
+        assert (await env.client.get(run)).status is RunStatus.WAITING_FOR_SIGNAL
+        assert await env.client.send_event("ping") == [run]  # no data at all: null
+        await env.run_until_idle()
+        assert await env.client.handle(run).result() is None
 
 
 async def test_the_same_event_id_is_delivered_once_per_run(store: RedisStore) -> None:
@@ -370,13 +385,13 @@ async def test_runs_in_several_partitions_get_their_events(partitioned: RedisSto
         for i, run in enumerate(runs):
             got = await env.client.send_event("payment.succeeded", {"order_id": f"o-{i}"})
             assert got == [run]
-        assert await env.client.send_event("ping", 1, event_id="p") == sorted(shared)
-        assert await env.client.send_event("ping", 1, event_id="p") == []
+        assert await env.client.send_event("ping", {"n": 1}, event_id="p") == sorted(shared)
+        assert await env.client.send_event("ping", {"n": 1}, event_id="p") == []
         await env.run_until_idle()
         for i, run in enumerate(runs):
             assert await env.client.handle(run).result() == {"order_id": f"o-{i}"}
         for run in shared:
-            assert await env.client.handle(run).result() == 1
+            assert await env.client.handle(run).result() == {"n": 1}
 
 
 async def test_a_send_cut_short_is_completed_by_sending_it_again(partitioned: RedisStore) -> None:
@@ -384,15 +399,15 @@ async def test_a_send_cut_short_is_completed_by_sending_it_again(partitioned: Re
         runs = sorted([await waiting(env, await_any) for _ in range(6)])
         # a sender that crashed after reading the index and delivering to one run
         [(token, first), *_] = await partitioned.event_listeners(
-            tokens_for("ping", "x", await partitioned.event_shapes("ping"))
+            tokens_for("ping", {"v": "x"}, await partitioned.event_shapes("ping"))
         )
         reply = await partitioned.deliver_event(
-            first, token, event_mailbox(token), '"x"', f"~event:{token}:e-1",
+            first, token, event_mailbox(token), '{"v":"x"}', f"~event:{token}:e-1",
             now=env.clock.time(), event_data="{}",
         )  # fmt: skip
         assert reply is EventDelivered.DELIVERED
-        again = await env.client.send_event("ping", "x", event_id="e-1")
+        again = await env.client.send_event("ping", {"v": "x"}, event_id="e-1")
         assert again == [r for r in runs if r != first]
         await env.run_until_idle()
         for run in runs:
-            assert await env.client.handle(run).result() == "x"
+            assert await env.client.handle(run).result() == {"v": "x"}

@@ -8,6 +8,7 @@ OpenAPI document in test_http_openapi.py, the real server in test_http_serve.py.
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Any
@@ -394,6 +395,27 @@ async def test_send_event_reaches_the_waiting_run(env: FlowTestEnv) -> None:
     assert (await env.client.get(run_id)).result == {"order": "o-1"}
 
 
+async def test_event_data_no_wait_could_match_is_refused_naming_the_field(
+    env: FlowTestEnv,
+) -> None:
+    async with api(env.client) as http:
+        run_id = await start(http, "tests.http.payment", "o-1")
+        await env.run_until_idle()
+        refused = [
+            await http.post("/v1/events", json={"name": "paid", "data": data})
+            for data in ("notadict", 12, ["o-1"])
+        ]
+        null = await http.post("/v1/events", json={"name": "paid", "data": None})
+
+    for answer in refused:
+        assert answer.headers["content-type"] == "application/problem+json"
+        assert (
+            "body.data must be object or null" in problem(answer, 422, "invalid_argument")["detail"]
+        )
+    assert null.json() == {"run_ids": []}  # null is data; this wait filters on a field
+    assert (await env.client.get(run_id)).status.value == "waiting_for_signal"
+
+
 async def test_a_full_queue_is_a_429(env: FlowTestEnv) -> None:
     async with api(env.client) as http:
         await start(http, "tests.http.limited")
@@ -504,9 +526,27 @@ async def test_timeline_and_current_waits_of_a_run(env: FlowTestEnv) -> None:
         too_deep = await http.get(f"/v1/runs/{run_id}/timeline", params={"depth": 99})
         missing = await http.get("/v1/runs/ghost/timeline")
 
-    assert [(w["kind"], w["name"]) for w in waits] == [("signal", "ok")]
+    # a human approval is shown as one, by the name the flow gave it (no journal key)
+    assert [(w["kind"], w["name"]) for w in waits] == [("human", "ok")]
+    assert "~" not in json.dumps(parked)
     assert (tree["kind"], tree["status"]) == ("run", "waiting_for_human")
     assert tree["label"].startswith(run_id)
     assert any(e["kind"] == "wait" and e["status"] == "waiting" for e in tree["entries"])
     assert "depth" in problem(too_deep, 422, "invalid_argument")["detail"]
     problem(missing, 404, "run_not_found")
+
+
+async def test_runs_are_listed_by_what_they_wait_on(env: FlowTestEnv) -> None:
+    async with api(env.client) as http:
+        gated = await start(http, "tests.http.gated")
+        await env.run_until_idle()
+        human = (await http.get("/v1/runs", params={"waiting_on": "human"})).json()
+        signal = (await http.get("/v1/runs", params={"waiting_on": "signal"})).json()
+        bad = await http.get("/v1/runs", params={"waiting_on": "approval"})
+
+    assert [r["run_id"] for r in human["runs"]] == [gated]
+    assert human["runs"][0]["waiting_on"] == [
+        {"kind": "human", "name": "ok", "deadline": None, "match": None}
+    ]
+    assert signal["runs"] == []
+    assert "waiting_on" in problem(bad, 422, "invalid_argument")["detail"]

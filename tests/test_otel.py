@@ -199,19 +199,29 @@ async def test_a_run_with_a_retry_a_wait_a_sleep_and_a_crash_makes_the_expected_
     assert exc_event.attributes["exception.type"] == "ConnectionError"
     assert attr(steps[2], "steadyflow.step_key") == "charge#1"
 
-    # waits and sleeps are events on the activation spans
+    # waits and sleeps are events on the activation spans, named as the flow wrote them
     def events(i: int) -> list[tuple[str, Any, Any]]:
         return [
-            (e.name, (e.attributes or {}).get("steadyflow.call_key"),
+            (e.name, (e.attributes or {}).get("steadyflow.call"),
              (e.attributes or {}).get("steadyflow.call_kind"))
             for e in acts[i].events
         ]  # fmt: skip
 
     assert ("steadyflow.timer.fired", "flaky#1", "retry") in events(1)
-    assert ("steadyflow.call.started", "~wait:go#1", "wait") in events(1)
-    assert ("steadyflow.call.finished", "~wait:go#1", "wait") in events(2)
-    assert ("steadyflow.call.started", "~sleep#1", "sleep") in events(2)
-    assert ("steadyflow.call.finished", "~sleep#1", "sleep") in events(3)
+    assert ("steadyflow.call.started", "wait go", "wait") in events(1)
+    assert ("steadyflow.call.finished", "wait go", "wait") in events(2)
+    assert ("steadyflow.call.started", "sleep", "sleep") in events(2)
+    assert ("steadyflow.call.finished", "sleep", "sleep") in events(3)
+    # a parking activation says what the run waits for; no journal key anywhere
+    assert [attr(a, "steadyflow.waiting_on.kinds") for a in acts] == [
+        ("retry",), ("signal",), ("sleep",), None, None,
+    ]  # fmt: skip
+    assert attr(acts[1], "steadyflow.waiting_on") == ("signal 'go'",)
+    retry = "retry of step 'flaky#1' at 2026-01-05T09:00:01Z"
+    assert attr(acts[0], "steadyflow.waiting_on") == (retry,)
+    every = [v for a in acts for e in a.events for v in (e.attributes or {}).values()]
+    every += [v for a in acts for v in (a.attributes or {}).values()]
+    assert not any(isinstance(v, str) and v.startswith("~") for v in every)
 
     # metrics
     assert otel.total("steadyflow.runs.started", flow=FLOW) == 1

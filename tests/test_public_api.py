@@ -37,6 +37,8 @@ DOCUMENTED_SDK = {
     "scheduled", "ScheduleInfo",
     # docs/changing-flows.md "Patching" (issue 11)
     "patched", "deprecate_patch",
+    # docs/api.md "Run records": RunRecord.waiting_on (issue 28)
+    "WaitingOn", "WaitKind",
 }  # fmt: skip
 
 

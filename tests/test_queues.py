@@ -4,6 +4,7 @@ priority order among held runs, delayed starts, max_pending, Client.queues."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -474,3 +475,45 @@ async def test_an_event_start_on_a_full_queue_raises_and_a_resend_completes_it(
         [run_id] = await env.client.send_event("tests.queues.ping", {"n": 1}, event_id="e1")
         await env.run_until_idle()
         assert await env.client.handle(run_id).result() == "1"
+
+
+# -- a queue nobody declared ----------------------------------------------------------------
+
+
+async def test_a_flow_on_a_queue_nobody_declared_is_named_once_at_the_workers_start(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    own = Registry()
+
+    @flow(name="tests.queues.newsletter", queue="tests.queues.emails", registry=own)
+    async def newsletter(user: str) -> str:
+        return user
+
+    @flow(name="tests.queues.report", queue=Queue("tests.queues.reports", concurrency=1),
+          registry=own)  # fmt: skip
+    async def report(n: int) -> int:
+        return n
+
+    @flow(name="tests.queues.plain", registry=own)  # the default queue: nothing to declare
+    async def plain(n: int) -> int:
+        return n
+
+    caplog.set_level(logging.WARNING, logger="steadyflow.worker")
+    async with FlowTestEnv(registry=own) as env:
+        await env.start(newsletter, "ada")
+        await env.run_until_idle()
+        await env.start(newsletter, "grace")
+        await env.run_until_idle()
+
+    said = [r.getMessage() for r in caplog.records if r.name == "steadyflow.worker"]
+    assert said == [
+        "flow tests.queues.newsletter runs on queue 'tests.queues.emails', which no "
+        "Queue('tests.queues.emails', ...) in the registry declares: its runs there have "
+        "no concurrency or rate limits (declare the queue, or check its name)"
+    ]
+    declared = Registry(newsletter, Queue("tests.queues.emails", concurrency=2))
+    caplog.clear()
+    async with FlowTestEnv(registry=declared) as env:
+        await env.start(newsletter, "ada")
+        await env.run_until_idle()
+    assert [r for r in caplog.records if r.name == "steadyflow.worker"] == []

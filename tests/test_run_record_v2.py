@@ -26,11 +26,14 @@ from sdk import (
     RunRecord,
     RunStatus,
     Versions,
+    WaitingOn,
+    WaitKind,
     flow,
     step,
     wait_for,
 )
 from sdk._runs import run_record
+from sdk._waiting import current
 from sdk.errors import InvalidTransition
 from stores.redis import RedisStore
 from testing import FakeClock, FlowTestEnv
@@ -213,6 +216,17 @@ async def test_a_v1_waiting_run_reads_with_v2_defaults(store: RedisStore) -> Non
     )  # fmt: skip
     assert rec.finished_at is None
     assert rec.current_step_id == "reserve#1"
+    assert rec.waiting_on == ()  # parked before the record kept what it waits on
+
+
+async def test_what_a_v1_waiting_run_waits_on_comes_from_its_journal(store: RedisStore) -> None:
+    run_id = await load_v1(store, "waiting")
+    async with FlowTestEnv(FakeClock(START), store=store) as env:
+        rec = await env.client.get(run_id)
+        waits = current(rec, await env.client.export(run_id))
+        assert await env.client.list_runs(waiting_on="signal") == []  # the filter reads the record
+
+    assert waits == [WaitingOn(WaitKind.SIGNAL, "approved")]
 
 
 # -- continuing format-1 runs with the new engine ---------------------------------------------

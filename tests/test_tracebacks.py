@@ -3,6 +3,8 @@ the run's error, also when the failure is replayed from the journal."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from sdk import RetryPolicy, flow, step
@@ -40,6 +42,51 @@ async def test_a_failed_run_reports_the_steps_traceback(store: RedisStore) -> No
         assert error.traceback.rstrip().endswith("LookupError: no price for 'A-1'")
         recorded = (await env.client.export(handle.run_id))["journal"]
         assert "in deep_inside" in str(recorded)  # the step's record keeps it too
+
+
+FLAKY_TRIES: list[int] = []
+
+
+@step(retry=RetryPolicy(max_attempts=3, initial_interval=0.0))
+async def always_down(order: str) -> int:
+    FLAKY_TRIES.append(1)
+    raise ConnectionError(f"gateway down for {order}\nsecond line of detail")
+
+
+@flow(name="tests.tracebacks.charge")
+async def charge(order: str) -> int:
+    return await always_down(order)
+
+
+async def test_a_failed_run_is_logged_once_at_warning_with_what_failed_and_where(
+    store: RedisStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="steadyflow.worker")
+    async with FlowTestEnv(store=store) as env:
+        handle = await env.start(charge, "C-3", run_id="charge-C-3")
+        await env.run_until_idle()
+        with pytest.raises(RunFailed):
+            await handle.result()
+        events = await env.client.events(handle.run_id)
+
+    retries = [
+        r for r in caplog.records if "charge-C-3" in r.getMessage() and "retrying" in r.getMessage()
+    ]
+    assert [r.levelno for r in retries] == [logging.INFO, logging.INFO]
+    # (other test modules' flows may be warned about: their queues are undeclared)
+    (failed,) = [r for r in caplog.records if "failed:" in r.getMessage()]
+    assert failed.name == "steadyflow.worker"
+    assert failed.levelno == logging.WARNING
+    assert failed.getMessage() == (
+        "run charge-C-3 of flow tests.tracebacks.charge failed: builtins:ConnectionError: "
+        "gateway down for C-3 (step always_down#1, reason retries_exhausted)"
+    )
+    assert (failed.run_id, failed.step_key) == ("charge-C-3", "always_down#1")  # type: ignore[attr-defined]
+    # what docs/operations.md says is recorded: the error with its traceback, in the
+    # run's record and in its run.failed event
+    (run_failed,) = [e for e in events if e.type == "run.failed"]
+    assert "Traceback (most recent call last)" in run_failed.data["traceback"]
+    assert run_failed.data["step_key"] == "always_down#1"
 
 
 async def test_a_failure_replayed_from_the_journal_keeps_the_recorded_traceback() -> None:

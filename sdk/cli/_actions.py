@@ -1,5 +1,5 @@
 """The privileged commands: ``signal``, ``approve``, ``deny``, ``cancel``, ``resume``,
-``replay``, ``fork``, ``delete``. Each is one `Client` call, made as ``--actor``
+``replay``, ``fork``, ``send-event``, ``delete``. Each is one `Client` call, made as ``--actor``
 and through ``--authorizer`` (see `sdk.cli._client`)."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from sdk._types import RunStatus
 from sdk.cli._client import privileged, run_client
 from sdk.cli._options import CONTEXT_SETTINGS, EXIT_CODES, StoreOptions, store_options
 from sdk.cli._render import echo_json
+from sdk.cli._worker import import_flow_modules
 
 __all__ = ["COMMANDS"]
 
@@ -190,6 +191,45 @@ def _derive(verb: str, default: str) -> click.Command:
     return derive
 
 
+@_command(
+    "send-event",
+    "Send the event NAME with DATA_JSON (a JSON object, or null): deliver it to every run "
+    "whose wait_for_event(NAME, match=...) it satisfies, and start the @flow(on_event=NAME) "
+    "flows of the --import modules. Prints the run ids it reached, then those it started.",
+)
+@click.argument("name")
+@click.argument("data", metavar="DATA_JSON", type=JsonValue())
+@click.option(
+    "--event-id", metavar="ID", default=None,
+    help="De-duplicates: an event id reaches each wait, and starts each flow, at most once "
+    "(send a retried webhook with its delivery id). [default: a new random id]",
+)  # fmt: skip
+@click.option(
+    "--import", "modules", metavar="MODULE", multiple=True,
+    help="Import these flow modules first, so their @flow(on_event=NAME) flows start "
+    "(repeatable).",
+)  # fmt: skip
+@click.option("--json", "as_json", is_flag=True, help='Print {"run_ids": [...]}.')
+@privileged
+@store_options
+def send_event(
+    name: str, data: Any, event_id: str | None, modules: tuple[str, ...], as_json: bool,
+    actor: str | None, authorizer: Authorizer | None, store: StoreOptions,
+) -> None:  # fmt: skip
+    if modules:
+        import_flow_modules(modules)
+    reached = run_client(
+        store, lambda c: c.send_event(name, data, event_id=event_id, actor=actor), authorizer
+    )
+    if as_json:
+        echo_json({"run_ids": reached})
+        return
+    for run_id in reached:
+        click.echo(run_id)
+    if not reached:
+        click.echo(f"event {name!r}: no run waits for it (nothing was delivered)", err=True)
+
+
 @_command("delete", "Delete a finished run and all of its data, for good.")
 @click.argument("run_id")
 @privileged
@@ -203,5 +243,5 @@ def delete(
 
 COMMANDS = (
     signal, _decision("approve"), _decision("deny"), cancel, resume,
-    _derive("replay", "the first"), _derive("fork", "the head"), delete,
+    _derive("replay", "the first"), _derive("fork", "the head"), send_event, delete,
 )  # fmt: skip

@@ -13,18 +13,28 @@ from sdk._client import Client
 from sdk._follow import follow_run
 from sdk._jsonshapes import run_page_shape, shape, shapes, timeline_shape
 from sdk._runpages import RunFilter, RunPage, page_runs
-from sdk._timeline import current_waits, timeline
-from sdk._types import RunRecord, RunStatus
+from sdk._timeline import run_duration, timeline
+from sdk._types import RunRecord, RunStatus, WaitKind
+from sdk._waiting import current, from_data, key_label, summary
 from sdk.cli._client import run_client
 from sdk.cli._options import CONTEXT_SETTINGS, EXIT_CODES, StoreOptions, store_options
-from sdk.cli._render import compact, echo_json, fields, status, table, timeline_tree, when
+from sdk.cli._render import (
+    compact,
+    duration,
+    echo_json,
+    fields,
+    status,
+    table,
+    timeline_tree,
+    when,
+)
 
 __all__ = ["runs"]
 
 _AGO = re.compile(r"([0-9]+(?:\.[0-9]+)?)([smhd])")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
 
-_PARKED_OR_RUNNING = (RunStatus.WAITING_FOR_SIGNAL, RunStatus.WAITING_FOR_HUMAN, RunStatus.RUNNING)
+_PARKED = (RunStatus.WAITING_FOR_SIGNAL, RunStatus.WAITING_FOR_HUMAN)
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON (stable shapes).")
 
@@ -66,6 +76,12 @@ class Since(click.ParamType):  # type: ignore[type-arg]
 @click.option("--tenant", metavar="ID", default=None, help="Only runs of this tenant.")
 @click.option("--parent", metavar="RUN_ID", default=None, help="Only child flows of this run.")
 @click.option(
+    "--waiting-on",
+    type=click.Choice([k.value for k in WaitKind]),
+    default=None,
+    help="Only waiting runs that wait on something of this kind (an approval, an event...).",
+)
+@click.option(
     "--since",
     type=Since(),
     default=None,
@@ -84,25 +100,27 @@ class Since(click.ParamType):  # type: ignore[type-arg]
 @store_options
 def list_runs(
     status: str | None, flow: str | None, queue: str | None, tenant: str | None,
-    parent: str | None, since: datetime | None, limit: int, cursor: str | None,
-    as_json: bool, store: StoreOptions,
+    parent: str | None, waiting_on: str | None, since: datetime | None, limit: int,
+    cursor: str | None, as_json: bool, store: StoreOptions,
 ) -> None:  # fmt: skip
     """Runs, newest first, one page at a time; the next page's cursor is printed last."""
 
     async def read(c: Client) -> RunPage:
         # the filter checks its values: inside, so a bad one exits 2 naming it
-        where = RunFilter(status, flow, queue, tenant, parent, since)
+        where = RunFilter(status, flow, queue, tenant, parent, since, waiting_on)
         return await page_runs(c, where, limit=limit, cursor=cursor)
 
     page = run_client(store, read)
     if as_json:
         echo_json(run_page_shape(page.runs, page.next_cursor))
         return
+    now = datetime.now(UTC)
     table(
-        ("RUN ID", "FLOW", "STATUS", "QUEUE", "TENANT", "CREATED", "FINISHED", "STEP"),
+        ("RUN ID", "FLOW", "STATUS", "WAITING ON", "QUEUE", "TENANT", "CREATED", "DURATION",
+         "STEP"),
         (
-            (r.run_id, r.flow, _status(r), r.queue, r.tenant_id, when(r.created_at),
-             when(r.finished_at), r.current_step_id)
+            (r.run_id, r.flow, _status(r), _waiting_on(r), r.queue, r.tenant_id,
+             when(r.created_at), duration(run_duration(r, now)), key_label(r.current_step_id))
             for r in page.runs
         ),
     )  # fmt: skip
@@ -114,6 +132,10 @@ def list_runs(
 
 def _status(run: RunRecord) -> Text:
     return status(run.status.value)
+
+
+def _waiting_on(run: RunRecord) -> str | None:
+    return summary(run.waiting_on) or None
 
 
 @runs.command("show", context_settings=CONTEXT_SETTINGS, epilog=EXIT_CODES)
@@ -128,19 +150,17 @@ def show(run_id: str, as_json: bool, store: StoreOptions) -> None:
         return
     run = found["run"]
     fields(
-        (name, status(value) if name == "status" else value)
+        (name, _field(name, value))
         for name, value in run.items()
-        if name not in ("error", "result", "versions", "format_version")
+        if name not in ("error", "result", "versions", "format_version", "waiting_on")
         and not name.startswith("lease_")
     )
     if run["result"] is not None:
         click.echo(f"result: {compact(run['result'])}")
     for wait in found["waits"]:
-        due = f" until {wait['due']}" if wait["due"] else ""
-        attempts = f" after {wait['attempts']} failed attempt(s)" if wait["attempts"] else ""
-        who = found["approvers"].get(wait["name"])
+        who = found["approvers"].get(wait["name"]) if wait["kind"] == WaitKind.HUMAN else None
         deciders = f" (may decide: {', '.join(who)})" if who else ""
-        click.echo(f"waiting for: {wait['kind']} {wait['name']!r}{due}{attempts}{deciders}")
+        click.echo(f"waiting for: {_describe(wait)}{deciders}")
     if run["lease_owner"] is not None:
         click.echo(f"leased by: {run['lease_owner']} until {run['lease_expires_at']}")
     if run["status"] in ("pending", "running", "replaying"):
@@ -161,12 +181,26 @@ def show(run_id: str, as_json: bool, store: StoreOptions) -> None:
             click.echo(error["traceback"].rstrip("\n"))
 
 
+def _field(name: str, value: Any) -> Any:
+    if name == "status":
+        return status(value)
+    if name == "current_step_id":  # a built-in call by what it is, not its journal key
+        return key_label(value)
+    return value
+
+
+def _describe(wait: dict[str, Any]) -> str:
+    """A `WaitingOn` shape as `WaitingOn.describe` words it."""
+    return " ".join(w.describe() for w in from_data([wait])) or str(wait)
+
+
 async def _show(client: Client, run_id: str) -> dict[str, Any]:
-    """`runs show --json`: ``{"run", "waits", "approvers", "serving_workers", "queue"}``."""
+    """`runs show --json`: ``{"run", "waits", "approvers", "serving_workers", "queue"}``
+    (``waits``: the run's `RunRecord.waiting_on`, or for a run parked by an older
+    version, what its journal says it waits for)."""
     run = await client.get(run_id)
-    waits = []
-    if run.status in _PARKED_OR_RUNNING:
-        waits = current_waits(await client.export(run_id))
+    old = run.status in _PARKED and not run.waiting_on  # parked before waiting_on was kept
+    waits = current(run, await client.export(run_id) if old else None)
     human = run.status is RunStatus.WAITING_FOR_HUMAN  # else no approvers: no second read
     approvers = await client.approvers(run_id) if human else {}
     serving = [w for w in await client.workers() if w.serves(run.flow, run.queue, run.flow_version)]
@@ -241,7 +275,7 @@ async def _follow(client: Client, run_id: str, cursor: str | None, as_json: bool
 def _echo_event(event_id: str, at: datetime, kind: str, step_key: str | None, data: Any) -> None:
     parts = [when(at), event_id, kind]
     if step_key:
-        parts.append(step_key)
+        parts.append(key_label(step_key) or step_key)
     if data is not None:
         parts.append(compact(data))
     click.echo("  ".join(parts))

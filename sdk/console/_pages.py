@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime
-from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from sdk._jsonshapes import shapes
 from sdk._runpages import RunFilter, cursor_after, page_runs
-from sdk._types import RunRecord, RunStatus
+from sdk._timeline import run_duration
+from sdk._types import RunRecord, RunStatus, WaitKind
 from sdk.console._auth import COOKIE, actor_of, csrf_ok, form_of, safe_next, ui_of
 from sdk.console._render import page
 from sdk.console._state import Console
@@ -25,7 +24,8 @@ __all__ = ["queues", "runs", "schedules", "signin", "signin_form", "signout", "s
 COUNT_CAP = 1_000
 #: Runs a run-id search reads at most (newest first).
 SEARCH_SCAN = 5_000
-_FILTERS = ("status", "flow", "queue", "tenant_id", "since", "until", "q")
+_FILTERS = ("status", "waiting_on", "flow", "queue", "tenant_id", "since", "until", "q",
+            "children", "parent")  # fmt: skip
 
 
 def _utc(text: str, what: str) -> datetime:
@@ -55,7 +55,12 @@ async def runs(request: Request, console: Console, actor: str) -> Response:
             cursor = _before(_utc(given["until"], "until"))
         where = RunFilter(
             status=given.get("status"), flow=given.get("flow"), queue=given.get("queue"),
-            tenant_id=given.get("tenant_id"), since=since,
+            tenant_id=given.get("tenant_id"), since=since, waiting_on=given.get("waiting_on"),
+            parent_run_id=given.get("parent"),
+            # the unfiltered list is an overview: child flows are on their parent's
+            # page and schedule ticks on the Schedules page, unless asked for; any
+            # filter searches every run
+            top_level=not any(k in given for k in _FILTERS),
         )  # fmt: skip
         text = given.get("q")
         if text:
@@ -71,8 +76,9 @@ async def runs(request: Request, console: Console, actor: str) -> Response:
     return page(
         request, "runs.html", status=200 if error is None else 422, actor=actor,
         csrf=console.session.csrf(actor), runs=found, next_cursor=next_cursor, filters=given,
-        statuses=[s.value for s in RunStatus], error=error, note=note, limit=limit,
-        first_page=not q.get("cursor"),
+        statuses=[s.value for s in RunStatus], kinds=[k.value for k in WaitKind], error=error,
+        note=note, limit=limit, first_page=not q.get("cursor"), now=datetime.now(UTC),
+        tenants=any(r.tenant_id for r in found), run_duration=run_duration,
     )  # fmt: skip
 
 
@@ -113,27 +119,44 @@ async def status_counts(request: Request, console: Console, actor: str) -> Respo
 
 async def queues(request: Request, console: Console, actor: str) -> Response:
     """``GET /ui/queues``: depth, executing, limits of each queue."""
-    return await _table(request, console, actor, "Queues", console.client.queues)
+    error, found = None, []
+    try:
+        found = await console.client.queues()
+    except SteadyflowError as exc:
+        error = str(exc)
+    return page(request, "queues.html", actor=actor, csrf=console.session.csrf(actor),
+                queues=found, error=error)  # fmt: skip
 
 
 async def schedules(request: Request, console: Console, actor: str) -> Response:
-    """``GET /ui/schedules``: every schedule and its next tick."""
-    return await _table(request, console, actor, "Schedules", console.client.list_schedules)
+    """``GET /ui/schedules``: every schedule, its next tick and its last run's status."""
+    error, found, last = None, [], {}
+    try:
+        found = await console.client.list_schedules()
+        ran = [s for s in found if s.last_run_id]
+        got = await asyncio.gather(
+            *(console.client.get(s.last_run_id or "") for s in ran), return_exceptions=True
+        )
+        last = {
+            s.schedule_id: r.status.value
+            for s, r in zip(ran, got, strict=True)
+            if isinstance(r, RunRecord)  # a run deleted since: no status
+        }
+    except SteadyflowError as exc:
+        error = str(exc)
+    return page(request, "schedules.html", actor=actor, csrf=console.session.csrf(actor),
+                schedules=found, last=last, error=error)  # fmt: skip
 
 
 async def workers(request: Request, console: Console, actor: str) -> Response:
-    """``GET /ui/workers``: live workers and their slots."""
-    return await _table(request, console, actor, "Workers", console.client.workers)
-
-
-async def _table(request: Request, console: Console, actor: str, title: str, read: Any) -> Response:
-    error, rows = None, []
+    """``GET /ui/workers``: live workers, their slots and what they serve."""
+    error, found = None, []
     try:
-        rows = shapes(await read())
+        found = await console.client.workers()
     except SteadyflowError as exc:
         error = str(exc)
-    return page(request, "table.html", actor=actor, csrf=console.session.csrf(actor),
-                title=title, rows=rows, error=error)  # fmt: skip
+    return page(request, "workers.html", actor=actor, csrf=console.session.csrf(actor),
+                workers=found, error=error, now=datetime.now(UTC))  # fmt: skip
 
 
 async def signin_form(request: Request, console: Console) -> Response:

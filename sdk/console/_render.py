@@ -8,15 +8,18 @@ markup.
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
 from typing import Any
 
 import attrs
 import jinja2
+from markupsafe import Markup, escape
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
 from sdk._timeline import TimelineEntry
+from sdk._waiting import groups, key_label, summary
 from sdk.console._auth import ui_of
 
 __all__ = ["GanttRow", "gantt", "page", "pretty"]
@@ -64,8 +67,56 @@ def duration(secs: float | None) -> str:
     return f"{int(secs // 3600)} h {int(secs % 3600 // 60)} min"
 
 
-_ENV.filters.update(pretty=pretty, when=when, duration=duration)
-_ENV.globals["COLLAPSE_AT"] = COLLAPSE_AT
+#: Where a long name may wrap: after these characters (a flow, queue or run id never
+#: breaks mid-word: ``shop.order_fulfillment`` wraps after its dot, if at all).
+_BREAKS = re.compile(r"([.:@~#/_-]+)")
+
+
+def breakable(text: Any) -> Markup:
+    """`text`, escaped, with a line-break opportunity (``<wbr>``) after each separator."""
+    if text is None:
+        return Markup("")
+    out = []
+    for i, part in enumerate(_BREAKS.split(str(text))):  # word, separators, word...
+        out.append(str(escape(part)))
+        if i % 2:
+            out.append("<wbr>")
+    return Markup("".join(out))
+
+
+def short(value: datetime | float | str | None) -> str:
+    """A UTC time to the second (``2026-05-01 10:42:03Z``); '' for None."""
+    full = when(value)
+    return f"{full[:19]}Z" if full else ""
+
+
+def waiting_summary(entries: Any) -> str:
+    """What a waiting run waits on, in a few words (`sdk._waiting.summary`)."""
+    return summary(tuple(entries or ()))
+
+
+def ago(value: datetime | None, now: datetime) -> str:
+    """``12 s ago``, ``3 min ago``; '' for None."""
+    if value is None:
+        return ""
+    return f"{duration(max((now - value).total_seconds(), 0.0))} ago"
+
+
+_ENV.filters.update(
+    pretty=pretty, when=when, duration=duration, breakable=breakable, short=short,
+    waiting=waiting_summary, wait_groups=lambda e: groups(tuple(e or ())), step_label=key_label,
+)  # fmt: skip
+
+
+def until(value: datetime | None, now: datetime) -> str:
+    """``in 12 s``, ``in 3 min``; ``due`` once passed; '' for None."""
+    if value is None:
+        return ""
+    left = (value - now).total_seconds()
+    return f"in {duration(left)}" if left > 0 else "due"
+
+
+_ENV.globals.update(COLLAPSE_AT=COLLAPSE_AT, ago=ago, until=until)
 
 
 @attrs.frozen

@@ -14,8 +14,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from sdk._jsonshapes import shape
-from sdk._timeline import TimelineEntry, _entries, _run_entry, _start, _time, current_waits
+from sdk._runs import utc
+from sdk._timeline import TimelineEntry, entries, run_duration, run_entry, start_of
 from sdk._types import RunStatus
+from sdk._waiting import current
 from sdk.console._render import gantt, page
 from sdk.console._state import Console
 from sdk.errors import RunNotFound, SteadyflowError
@@ -35,6 +37,8 @@ NOTICES = {
 
 #: Rows of a long timeline / step list / event log shown before "show all".
 ROWS = 500
+#: Child runs a run's page lists (the newest).
+CHILD_ROWS = 100
 #: Events that begin an activation of the run, and what to call it.
 ACTIVATION_EVENTS = {
     "run.started": "start",
@@ -73,7 +77,7 @@ def _activations(events: list[dict[str, Any]]) -> list[TimelineEntry]:
             current = None
 
     for ev in events:
-        kind, at = str(ev["type"]), _time(ev["at"])
+        kind, at = str(ev["type"]), utc(float(ev["at"]))
         if kind in ACTIVATION_EVENTS:
             close(at, "completed")
             data = ev.get("data")
@@ -92,17 +96,17 @@ async def run_view(console: Console, run_id: str, *, everything: bool) -> dict[s
     client = console.client
     record = await client.get(run_id)
     export = await client.export(run_id)
-    children = await client.list_runs(parent_run_id=run_id, limit=100)
-    root = _run_entry(record, "run")
-    root.entries.extend(_entries(export))
-    root.entries.extend(_run_entry(c, "child") for c in children)
-    root.entries.sort(key=_start)
+    children = await client.list_runs(parent_run_id=run_id, limit=CHILD_ROWS)
+    root = run_entry(record, "run")
+    root.entries.extend(entries(export))
+    root.entries.extend(run_entry(c, "child") for c in children)
+    root.entries.sort(key=start_of)
     now = datetime.now(UTC)
     acts = _activations(export["events"])
     rows = gantt(TimelineEntry("run", root.label, root.status, root.started_at, root.ended_at,
                                root.detail, [*acts, *root.entries]), now)  # fmt: skip
     steps = [r for r in export["journal"] if r.get("kind") == "step"]
-    waits = current_waits(export) if record.status not in _ENDED else []
+    waits = current(record, export)
     human = record.status is RunStatus.WAITING_FOR_HUMAN
     approvers = await client.approvers(run_id) if human else {}
     events = export["events"]
@@ -118,7 +122,11 @@ async def run_view(console: Console, run_id: str, *, everything: bool) -> dict[s
         "waits": waits,
         "human": human,
         "approvers": approvers,
-        "children": children,
+        "children": list(reversed(children)),  # oldest first, as they were started
+        "children_by_id": {c.run_id: c for c in children},
+        "child_limit": CHILD_ROWS,
+        "now": now,
+        "run_duration": run_duration,
         # the newest first: a replay or fork usually starts near the end
         "checkpoints": checkpoints if everything else checkpoints[:ROWS],
         "checkpoint_count": len(checkpoints),

@@ -12,7 +12,7 @@ from typing import Any
 
 from sdk._checks import MAX_ID, MAX_TEXT, PRIORITY_RANGE
 from sdk._treecopy import CHILDREN
-from sdk._types import RunStatus
+from sdk._types import RunStatus, WaitKind
 from sdk.http import _actions as act
 from sdk.http import _runs as runs
 from sdk.http._problems import ErrorCode as E
@@ -82,6 +82,13 @@ _RESUME = _obj(
 )
 
 
+#: An event's data: an object whose fields wait_for_event filters match, or null.
+_EVENT_DATA = {
+    "type": ["object", "null"],
+    "description": "The event's data: a JSON object (wait_for_event filters match its "
+    "top-level fields) or null.",
+}
+
 _RUN_ERRORS = (E.RUN_NOT_FOUND,)
 _STEER_ERRORS = (E.RUN_NOT_FOUND, E.FORBIDDEN, E.INVALID_TRANSITION)
 
@@ -102,6 +109,11 @@ _LIST_PARAMS = (
     _query("tenant_id", _ID, "Only runs of this tenant."),
     _query("parent_run_id", _ID, "Only the child flows this run started."),
     _query("since", {"type": "string", "format": "date-time"}, "Only runs created since."),
+    _query(
+        "waiting_on",
+        {"type": "string", "enum": [k.value for k in WaitKind]},
+        "Only waiting runs that wait on something of this kind (RunRecord.waiting_on).",
+    ),
     _query("cursor", {"type": "string"}, "The next_cursor of the previous page."),
     _query("limit", {**_LIMIT, "default": 50}, "Page size."),
 )
@@ -146,9 +158,9 @@ def routes() -> tuple[Route, ...]:
                                                 "default": 1},
                                       "Levels of child flows shown with their own timelines."))),
         Route("GET", "/v1/runs/{run_id}/waits", "listRunWaits",
-              "What a run waits for now: signals and approvals, sleeps, retry timers",
+              "What a run waits for now: approvals, signals, events, children, sleeps, retries",
               runs.run_waits, "runs",
-              response=_obj({"waits": {"type": "array", "items": ref("CurrentWait")},
+              response=_obj({"waits": {"type": "array", "items": ref("WaitingOn")},
                              "approvers": {"type": "object", "additionalProperties": {
                                  "type": "array", "items": {"type": "string"}},
                                  "description": "Human wait name -> who may decide it "
@@ -195,7 +207,7 @@ def routes() -> tuple[Route, ...]:
         Route("POST", "/v1/events", "sendEvent",
               "Send an event to the runs waiting for it; start its on_event flows",
               act.send_event, "steering",
-              body=_obj({"name": _ID, "data": _ANY, "event_id": _ID}, "name"),
+              body=_obj({"name": _ID, "data": _EVENT_DATA, "event_id": _ID}, "name"),
               response=_obj({"run_ids": {"type": "array", "items": _ID}}, "run_ids"),
               errors=(E.SERIALIZATION_ERROR, E.FORBIDDEN)),
         Route("GET", "/v1/queues", "listQueues", "Queues: depth, executing, limits",

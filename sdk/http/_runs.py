@@ -13,8 +13,9 @@ from sdk._flowdef import RESERVED_OPTIONS
 from sdk._jsonshapes import run_page_shape, shape, shapes, timeline_shape
 from sdk._runpages import RunFilter, page_runs
 from sdk._serde import dumps
-from sdk._timeline import current_waits, timeline
+from sdk._timeline import timeline
 from sdk._types import RunOptions, RunStatus
+from sdk._waiting import current
 from sdk.errors import FlowNotFound, InvalidArgument
 from sdk.http._problems import ApiError, ErrorCode
 from sdk.http._routing import Call
@@ -120,6 +121,7 @@ async def list_runs(call: Call) -> dict[str, Any]:
         tenant_id=p.get("tenant_id"),
         parent_run_id=p.get("parent_run_id"),
         since=None if since is None else _when(since, "query parameter 'since'"),
+        waiting_on=p.get("waiting_on"),
     )
     page = await page_runs(call.client, where, limit=p.get("limit", 50), cursor=p.get("cursor"))
     return run_page_shape(page.runs, page.next_cursor)
@@ -158,13 +160,17 @@ async def run_timeline(call: Call) -> dict[str, Any]:
 
 
 async def run_waits(call: Call) -> dict[str, Any]:
-    """``GET /v1/runs/{run_id}/waits``: what the run is parked on now, and who may
-    decide its human waits (those that name their approvers)."""
+    """``GET /v1/runs/{run_id}/waits``: what the run is parked on now (`WaitingOn`
+    entries: its `RunRecord.waiting_on`), and who may decide its human waits (those
+    that name their approvers)."""
     client, run_id = call.client, call.params["run_id"]
-    export = await client.export(run_id)
-    waits = shapes(current_waits(export))
+    record = await client.get(run_id)
+    parked = record.status in (RunStatus.WAITING_FOR_SIGNAL, RunStatus.WAITING_FOR_HUMAN)
+    # a run parked by a version that kept no waiting_on: its journal says
+    export = await client.export(run_id) if parked and not record.waiting_on else None
+    waits = shapes(current(record, export))
     # only a run parked on a human wait has approvers: else no second read of the run
-    human = export["record"]["status"] == RunStatus.WAITING_FOR_HUMAN.value
+    human = record.status is RunStatus.WAITING_FOR_HUMAN
     approvers = await client.approvers(run_id) if human else {}
     return {"waits": waits, "approvers": {name: list(who) for name, who in approvers.items()}}
 

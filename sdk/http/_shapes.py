@@ -19,7 +19,7 @@ import attrs
 
 from sdk._queues import QueueInfo
 from sdk._schedules import ScheduleInfo
-from sdk._timeline import CurrentWait, TimelineEntry
+from sdk._timeline import TimelineEntry
 from sdk._types import (
     Checkpoint,
     CheckpointKind,
@@ -29,6 +29,8 @@ from sdk._types import (
     Reason,
     RunRecord,
     RunStatus,
+    WaitingOn,
+    WaitKind,
     WorkerInfo,
 )
 from sdk.http._problems import ErrorCode
@@ -37,15 +39,18 @@ __all__ = ["ENUMS", "RECORDS", "components", "ref"]
 
 #: The records answers carry, by their schema name.
 RECORDS: tuple[type, ...] = (
-    RunRecord, Event, Checkpoint, QueueInfo, WorkerInfo, ScheduleInfo, TimelineEntry, CurrentWait,
+    RunRecord, Event, Checkpoint, QueueInfo, WorkerInfo, ScheduleInfo, TimelineEntry, WaitingOn,
 )  # fmt: skip
 #: The enums shown as enums: statuses, reason codes, event types, error codes.
-ENUMS: tuple[type[enum.Enum], ...] = (RunStatus, Reason, EventType, CheckpointKind, ErrorCode)
+ENUMS: tuple[type[enum.Enum], ...] = (
+    RunStatus, Reason, EventType, CheckpointKind, ErrorCode, WaitKind,
+)  # fmt: skip
 
 # Fields whose annotation is a plain str but whose values are an enum's.
 _ENUM_FIELDS: dict[tuple[type, str], type[enum.Enum]] = {
     (Event, "type"): EventType,
     (ErrorInfo, "reason"): Reason,
+    (WaitingOn, "kind"): WaitKind,
 }
 _DESCRIBED: dict[type[enum.Enum], str] = {
     RunStatus: "A run's status (docs/lifecycle.md).",
@@ -53,6 +58,7 @@ _DESCRIBED: dict[type[enum.Enum], str] = {
     EventType: "The type of an event in a run's log.",
     CheckpointKind: "When a checkpoint was taken.",
     ErrorCode: "The stable `code` of an error answer (application/problem+json).",
+    WaitKind: "What a waiting run waits for (`WaitingOn.kind`).",
 }
 
 

@@ -135,6 +135,10 @@ local function move(id, to, explicit, known)
       return err('transition', from, to)
     end
     redis.call('ZREM', P .. K.status .. from, id)
+    -- what a parked run waited for (suspend.lua) ends with its waiting status
+    if string.sub(from, 1, 8) == 'waiting_' and string.sub(to, 1, 8) ~= 'waiting_' then
+      redis.call('HDEL', key, 'waiting_on')
+    end
   else
     -- a new run: drop what a deleted run of the same id left for its
     -- result() waiters (tombstone, done notice), or it would look finished

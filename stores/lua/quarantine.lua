@@ -27,7 +27,7 @@ if q then redis.call('ZREM', P .. K.queue .. q, id) end
 redis.call('ZREM', P .. K.timers, id)
 redis.call('ZREM', P .. K.leases, id)
 redis.call('DEL', P .. K.waits .. id)
-redis.call('HDEL', key, 'lease_owner', 'lease_exp')
+redis.call('HDEL', key, 'lease_owner', 'lease_exp', 'waiting_on')
 redis.call('HSET', key, 'status', 'failed', 'reason', 'corrupt_record', 'error', ARGV[5],
            'finished_at', now)
 if not fence or isint(fence) then redis.call('HINCRBY', key, 'fence', 1) end

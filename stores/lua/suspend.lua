@@ -1,6 +1,9 @@
 -- KEYS: run, journal. ARGV: P, id, fence, now, deadline|'', waiting status,
 --       n records, (key, record) * n, n mailboxes, mailbox * n,
---       sticky delay|'', (human mailbox, its approvers one per line) ...
+--       sticky delay|'', waiting_on|'', (human mailbox, its approvers one per line) ...
+-- waiting_on (the engine's JSON: what the run waits for) is kept in field
+-- waiting_on while the run is parked; move() drops it when the run leaves its
+-- waiting status.
 -- With a sticky delay, the parking worker keeps the run in memory: field sticky
 -- ("fence:jseq:delay:owner") routes its wake-up to that worker first (enqueue,
 -- head) and lets its next claim leave the journal out (sticky_hit).
@@ -16,7 +19,7 @@ if bad then return err('invalid', bad) end
 local sticky_at = 9 + 2 * tonumber(ARGV[7]) + tonumber(ARGV[8 + 2 * tonumber(ARGV[7])])
 bad = badnum(ARGV[sticky_at], 'sticky delay', false, true)
 if bad then return err('invalid', bad) end
-if (#ARGV - sticky_at) % 2 ~= 0 then
+if (#ARGV - sticky_at - 1) % 2 ~= 0 then
   return err('invalid', 'approvers must come in mailbox, approvers pairs')
 end
 local run, where
@@ -51,7 +54,7 @@ for j = i + 1, i + nbox do
   boxes[#boxes + 1] = ARGV[j]
   if redis.call('LLEN', mbk(id, ARGV[j])) > 0 then ready = true end
 end
-i = i + 2 + nbox  -- past the sticky delay
+i = i + 3 + nbox  -- past the sticky delay and waiting_on
 local fence = redis.call('HINCRBY', KEYS[1], 'fence', 1)
 local owner = redis.call('HGET', KEYS[1], 'lease_owner')
 if ARGV[sticky_at] ~= '' and owner then
@@ -69,6 +72,9 @@ if ready then
   return 0
 end
 move(id, ARGV[6])
+if ARGV[sticky_at + 1] ~= '' then
+  redis.call('HSET', KEYS[1], 'waiting_on', ARGV[sticky_at + 1])
+end
 emit(id, 'run.' .. ARGV[6], ARGV[4], '', '')
 checkpoint(id, ARGV[6], '', ARGV[6], ARGV[4])
 redis.call('DEL', P .. K.waits .. id)

@@ -22,6 +22,7 @@ from testing.conformance._support import (
     start_and_claim,
     status_of,
     step_record,
+    stored,
     tick,
     types_of,
 )
@@ -302,3 +303,57 @@ class WaitChecks:
             (again,) = await store.claim("worker-b", None, 1, T0, TTL)
             assert again.mail == frozenset()
             assert await store.signal("r1", GO, "1", "d-1") is True
+
+    # -- what a parked run waits on (`suspend(waiting_on=)`, `StoredRun.waiting_on`) ---------
+
+    async def test_a_parked_run_keeps_what_it_waits_on_as_given(self, store: Store) -> None:
+        claim = await start_and_claim(store, "r1")
+        # the engine's JSON, kept as it is: key order, spacing, non-ASCII text, big numbers
+        said = '[{"kind":"human","name":"d\u00e9cision","deadline":1767261600.123456789}]'
+
+        parked = await store.suspend(
+            "r1", claim.run.fence, T0, None, RunStatus.WAITING_FOR_HUMAN,
+            [(WAIT_KEY, pending_wait(WAIT_KEY, 0))], [OK_BOX], waiting_on=said,
+        )  # fmt: skip
+
+        assert parked is Parked.PARKED
+        assert (await stored(store, "r1")).waiting_on == said
+
+    @pytest.mark.parametrize("leave", ["signal", "timer", "cancel"])
+    async def test_what_a_run_waits_on_is_dropped_when_it_leaves_waiting(
+        self, store: Store, leave: str
+    ) -> None:
+        claim = await start_and_claim(store, "r1")
+        await store.suspend(
+            "r1", claim.run.fence, T0, T0 + 10, WAITING,
+            [(WAIT_KEY, pending_wait(WAIT_KEY, 0, T0 + 10))], [GO],
+            waiting_on='[{"kind":"signal","name":"go"}]',
+        )  # fmt: skip
+
+        if leave == "signal":
+            assert await store.signal("r1", GO, "1", None) is True
+        elif leave == "timer":
+            await tick(store, T0 + 11)
+        else:
+            assert await store.cancel("r1", "stop", T0 + 1) is None
+
+        run = await stored(store, "r1")
+        assert run.status is not WAITING
+        assert run.waiting_on is None
+
+    async def test_a_run_made_ready_by_its_park_keeps_no_waiting_on(self, store: Store) -> None:
+        claim = await start_and_claim(store, "r1")
+        assert await store.signal("r1", GO, '"early"', None) is True
+
+        parked = await store.suspend(
+            "r1", claim.run.fence, T0, None, WAITING, [(WAIT_KEY, pending_wait(WAIT_KEY, 0))],
+            [GO], waiting_on='[{"kind":"signal","name":"go"}]',
+        )  # fmt: skip
+
+        assert parked is Parked.READY
+        assert (await stored(store, "r1")).waiting_on is None
+
+    async def test_a_run_parked_without_waiting_on_reads_none(self, store: Store) -> None:
+        assert await park(store, "r1") is Parked.PARKED
+
+        assert (await stored(store, "r1")).waiting_on is None
