@@ -115,9 +115,7 @@ class _CompiledScripts:
         """fakeredis took the names of the globals a script may see: from now on
         `globals` lists only the others (see `_NewGlobals`)."""
         known = self._runtime.table_from(dict.fromkeys(expected, True))
-        self._sealed = _NewGlobals(
-            known, self._runtime.compile(_LIST_NEW), self._runtime.globals()
-        )
+        self._sealed = _NewGlobals(known, self._runtime.compile(_LIST_NEW), self._runtime.globals())
 
     def globals(self) -> Any:
         if self._sealed is None:
