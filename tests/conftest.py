@@ -13,6 +13,14 @@
 
 Outside CI, a run that skipped tests ends with a summary of how many, why, and
 how to run them all (``pytest_terminal_summary`` below).
+
+Hypothesis runs under the profile "steadyflow", loaded for every run (the
+README's command, CI, a single file): no per-example deadline and no
+``too_slow`` health check. Both time the machine rather than the code: on a
+loaded 2-core machine an example's 200 ms deadline, or the budget for
+generating data, is overrun at random (``DeadlineExceeded``,
+``FailedHealthCheck``). Example counts are Hypothesis's own, or the test's.
+``pytest --hypothesis-profile default`` brings the timing checks back.
 """
 
 from __future__ import annotations
@@ -30,12 +38,16 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
+from hypothesis import HealthCheck, settings
 
 from bench._localcluster import free_ports
 from sdk import Client
 from stores import open_store
 from stores.redis import RedisStore
 from tests.crashflows import Workers
+
+settings.register_profile("steadyflow", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("steadyflow")
 
 REDIS_URL = os.environ.get("STEADYFLOW_TEST_REDIS", "redis://127.0.0.1:6379/0")
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
