@@ -1,11 +1,18 @@
 #!/usr/bin/env bash
 # The whole test suite. Needs Redis on 127.0.0.1:6379 for the real-Redis tests;
-# starts one if redis-server is on PATH and none answers.
+# starts one if redis-server is on PATH and none answers. Fetches, once, the
+# redis-server 6.2 the compatibility tests run (tests/redis62.py).
 set -euo pipefail
-. "$(dirname "$0")/env.sh"
+. "$(dirname "$0")/env.sh" dev
 if ! redis_up 127.0.0.1 6379 && command -v redis-server >/dev/null; then
   redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no >/dev/null
   for _ in $(seq 50); do redis_up 127.0.0.1 6379 && break; sleep 0.1; done
+fi
+if [ -z "${STEADYFLOW_TEST_REDIS62:-}" ]; then
+  # Without it (no network), those tests skip and the run's summary says how to run them.
+  if r62="$(python -m tests.redis62)"; then
+    export STEADYFLOW_TEST_REDIS62="$r62"
+  fi
 fi
 set +e
 # One pytest process per core (pytest-xdist); `-n 0` in the arguments runs serially.

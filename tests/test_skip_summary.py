@@ -8,11 +8,13 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from tests.conftest import free_port
 from tests.crashflows import ROOT
+from tests.redis62 import COMMAND, MISSING, VARIABLE
 
 pytestmark = pytest.mark.slow
 
@@ -58,3 +60,22 @@ def test_in_ci_a_run_without_redis_fails_and_prints_no_skip_summary() -> None:
     assert "SKIPPED" not in out
     assert re.search(r"\d+ passed, .*\d+ errors? in", out), out
     assert "skipped" not in out.splitlines()[-1]
+
+
+def test_without_redis_6_2_the_summary_gives_the_command_that_fetches_it(tmp_path: Path) -> None:
+    # No $STEADYFLOW_TEST_REDIS62 and nothing fetched (no network, say).
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "PYTEST_ADDOPTS", VARIABLE)}
+    env["STEADYFLOW_TEST_REDIS62_CACHE"] = str(tmp_path / "empty")
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
+         "tests/test_embedded_conformance.py::TestRedis62Store", "-k", "sticky"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    out = done.stdout
+
+    assert done.returncode == 0, out + done.stderr
+    summary = re.search(r"(\d+) skipped", out)
+    assert summary is not None and int(summary.group(1)) >= 2, out
+    assert re.search(rf"^\s+{summary.group(1)}  {re.escape(MISSING)}$", out, re.M), out
+    assert f"  {COMMAND}\n" in out
+    assert COMMAND == "bash scripts/test.sh tests/test_embedded_conformance.py"
