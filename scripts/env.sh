@@ -19,7 +19,9 @@ fi
 . "$ROOT/.venv/bin/activate"
 stamp="$ROOT/.venv/.installed"
 install="$(python "$ROOT/scripts/extras.py" "$ROOT/pyproject.toml" "$stamp" "$extra")"
-if [ -n "$install" ]; then
+# STEADYFLOW_NO_INSTALL=1: .venv as it is (the tests that run the scripts set
+# it: a test must not install into the virtualenv the suite runs in).
+if [ -n "$install" ] && [ -z "${STEADYFLOW_NO_INSTALL:-}" ]; then
   python -m pip install --quiet --upgrade pip
   python -m pip install --quiet --upgrade --upgrade-strategy eager -e "$ROOT[$install]"
   python "$ROOT/scripts/extras.py" "$ROOT/pyproject.toml" "$stamp" --done "$install"

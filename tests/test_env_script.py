@@ -5,6 +5,7 @@ tests after the demo add theirs, a changed pyproject.toml installs all again."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -103,3 +104,57 @@ def test_the_scripts_name_the_extras_they_need() -> None:
     scripts = ROOT / "scripts"
     assert '. "$(dirname "$0")/env.sh" embedded' in (scripts / "demo.sh").read_text()
     assert '. "$(dirname "$0")/env.sh" dev' in (scripts / "test.sh").read_text()
+
+
+class Repo:
+    """scripts/env.sh in a copy of its own, over a .venv whose python logs what
+    pip is asked and does nothing (every other use runs this interpreter)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        (root / "scripts").mkdir(parents=True)
+        for name in ("env.sh", "extras.py"):
+            shutil.copy(ROOT / "scripts" / name, root / "scripts" / name)
+        (root / "pyproject.toml").write_text(PYPROJECT)
+        bin_dir = root / ".venv" / "bin"
+        bin_dir.mkdir(parents=True)
+        (bin_dir / "activate").write_text(f'PATH="{bin_dir}:$PATH"\n')
+        self.log = root / "pip.log"
+        python = bin_dir / "python"
+        python.write_text(
+            "#!/bin/sh\n"
+            f'if [ "$1" = -m ] && [ "$2" = pip ]; then echo "$*" >> {self.log}; exit 0; fi\n'
+            f'exec {sys.executable} "$@"\n'
+        )
+        python.chmod(0o755)
+
+    def source(self, extra: str, **env: str) -> list[str]:
+        """Sources env.sh for `extra`: the pip commands it ran."""
+        before = self.pip_calls()
+        done = subprocess.run(
+            ["bash", "-c", f". scripts/env.sh {extra}"], cwd=self.root,
+            env={**os.environ, **env}, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return self.pip_calls()[len(before) :]
+
+    def pip_calls(self) -> list[str]:
+        return self.log.read_text().splitlines() if self.log.exists() else []
+
+
+def test_env_sh_installs_what_the_venv_lacks_at_the_newest_releases(tmp_path: Path) -> None:
+    repo = Repo(tmp_path / "repo")
+    install = f"-m pip install --quiet --upgrade --upgrade-strategy eager -e {repo.root}"
+    demo = repo.source("embedded")
+    assert demo == ["-m pip install --quiet --upgrade pip", f"{install}[embedded]"]
+    assert repo.source("embedded") == []
+    tests = repo.source("dev")
+    assert tests[-1] == f"{install}[dev]"
+    assert repo.source("embedded") == []
+    assert repo.source("dev") == []
+
+
+def test_env_sh_told_not_to_install_uses_the_venv_as_it_is(tmp_path: Path) -> None:
+    repo = Repo(tmp_path / "repo")
+    assert repo.source("dev", STEADYFLOW_NO_INSTALL="1") == []
+    assert not (repo.root / ".venv" / ".installed").exists()
