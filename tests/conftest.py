@@ -55,6 +55,8 @@ IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 # The skip reasons of the tests that need a real Redis (the summary looks for them).
 NO_REDIS = f"no Redis answers at {REDIS_URL}"
 NO_REDIS_SERVER = "redis-server is not on PATH"
+# The selection of `bash scripts/test.sh` without --all.
+LEFT_OUT_BY_DEFAULT = "not long"
 
 
 def _redis_answers(host: str, port: int) -> bool:
@@ -227,6 +229,13 @@ def client_fixture(real_store: RedisStore) -> Client:
     return Client(real_store)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests that start real processes (marked slow) run first, in their
+    order: pytest-xdist hands tests out in this order (--dist loadgroup, after
+    the groups), so the last ones are short and both processes end together."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 def _skip_reason(report: pytest.TestReport) -> str:
     longrepr = report.longrepr
     reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
@@ -234,12 +243,20 @@ def _skip_reason(report: pytest.TestReport) -> str:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """Outside CI, end a run that skipped tests with how many, why, and how to run them.
+    """End a run that left tests out with which and how to run them.
 
-    Without Redis, `bash scripts/test.sh` still exits 0 (a developer can work on
-    the rest), so this says loudly that the run was partial. In CI the same
-    tests fail instead of skipping (`need_real_redis`).
+    `bash scripts/test.sh` leaves out the tests marked long (``-m "not long"``):
+    one line says so. Outside CI, a run that skipped tests says how many, why,
+    and how to run them: without Redis, `bash scripts/test.sh` still exits 0 (a
+    developer can work on the rest), so this says loudly that the run was
+    partial. In CI the same tests fail instead of skipping (`need_real_redis`).
     """
+    if terminalreporter.config.option.markexpr == LEFT_OUT_BY_DEFAULT:
+        terminalreporter.write_line(
+            "Left out: the tests marked long (fresh virtualenvs, pip installs, runs at"
+            " scale); `bash scripts/test.sh --all` runs them too, as CI does.",
+            yellow=True,
+        )
     skipped = terminalreporter.stats.get("skipped", [])
     if IN_CI or not skipped:
         return
