@@ -25,6 +25,12 @@ if [ -z "${STEADYFLOW_TEST_REDIS62:-}" ]; then
     export STEADYFLOW_TEST_REDIS62="$r62"
   fi
 fi
+# The suite starts some hundreds of Python processes: each compiled the
+# project's modules again where PYTHONDONTWRITEBYTECODE is set (a quarter of a
+# second of a core each). Their bytecode is kept under .venv/pycache instead,
+# out of the source tree.
+export PYTHONPYCACHEPREFIX="$ROOT/.venv/pycache"
+unset PYTHONDONTWRITEBYTECODE
 set +e
 # One pytest process per core (pytest-xdist); `-n 0` in the arguments runs
 # serially. loadgroup: tests that share a server or a wheelhouse
