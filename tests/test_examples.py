@@ -162,6 +162,7 @@ async def test_hello_without_a_worker_says_nobody_serves_it_and_how_to_start_one
 def test_the_demo_prints_the_greeting_and_leaves_no_key_behind(redis_url: str) -> None:
     probe = redis.Redis.from_url(redis_url)
     env = {**os.environ, "STEADYFLOW_STORE": redis_url, "STEADYFLOW_PREFIX": "not-the-demos"}
+    env["STEADYFLOW_NO_INSTALL"] = "1"  # the suite's virtualenv as it is
     try:
         for _ in range(2):  # a second run works the same and cleans up the same
             done = subprocess.run(
@@ -484,7 +485,10 @@ def doc_blocks(*, files: bool) -> list[Any]:
         for i, code in enumerate(_BLOCK.findall(page.read_text()), 1):
             named = _FILE.match(code)
             if files and named and page != QUICKSTART:
-                found.append(pytest.param(named.group(1), code, id=f"{page.name}:{i}"))
+                # the whole store conformance kit again, as tests/test_store_conformance.py
+                # runs it in process: CI's (--all) alone
+                marks = [pytest.mark.long] if "StoreConformance" in code else []
+                found.append(pytest.param(named.group(1), code, id=f"{page.name}:{i}", marks=marks))
             elif not files and not named:
                 found.append(pytest.param(code, id=f"{page.name}:{i}"))
     return found

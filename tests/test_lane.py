@@ -9,7 +9,8 @@ against the oldest redis-py the project supports.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import contextlib
+from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 import pytest
@@ -35,18 +36,58 @@ SLOW = (
 FAILS = "return redis.error_reply('ERR refused by the script')"
 
 
+def announcing(sent: asyncio.Event) -> type[aioredis.Connection]:
+    """A connection class that sets `sent` once a command is on the wire: what
+    a test waits for before it cancels a call, rather than for some time."""
+
+    class Announcing(aioredis.Connection):
+        async def send_packed_command(
+            self, command: bytes | str | Iterable[bytes], check_health: bool = True
+        ) -> None:
+            await super().send_packed_command(command, check_health)
+            sent.set()
+
+    return Announcing
+
+
+@contextlib.asynccontextmanager
+async def writes_paused(admin: aioredis.Redis) -> AsyncIterator[None]:
+    """The server holds back every script call (``CLIENT PAUSE ... WRITE``) until
+    the block ends: a call that is on the wire gets no reply in it, however slow
+    the machine. `admin`'s own commands still run."""
+    await admin.client_pause(60_000, all=False)
+    try:
+        yield
+    finally:
+        await admin.client_unpause()
+
+
 class Kit:
-    """A lane on a pool of its own, and a client on that pool for redis-py's script objects."""
+    """A lane on a pool of its own, and a client on that pool for redis-py's script objects.
+
+    `sent` is set whenever a connection of the pool has written a command."""
 
     def __init__(self, url: str, size: int, retries: int = 3) -> None:
+        self.sent = asyncio.Event()
         self.pool = aioredis.ConnectionPool.from_url(
-            url, decode_responses=True, retry=Retry(NoBackoff(), retries)
-        )
+            url, decode_responses=True, retry=Retry(NoBackoff(), retries),
+            connection_class=announcing(self.sent),
+        )  # fmt: skip
         self.client = aioredis.Redis(connection_pool=self.pool)
         self.lane = Lane(self.pool, size)
 
     async def run(self, source: str, keys: list[str], args: list[Any]) -> Any:
         return await self.lane.run(self.client.register_script(source), keys, args)
+
+    async def ready(self, source: str) -> None:
+        """A first call of `source`: the lane holds a connection (made, handshaken)
+        and the server has the script, so `sent` after `start` means the call."""
+        await self.run(source, [], ["first"])
+
+    def start(self, source: str, args: list[Any]) -> asyncio.Task[Any]:
+        """A call of `source` in a task of its own; `sent` is set once it is on the wire."""
+        self.sent.clear()
+        return asyncio.create_task(self.run(source, [], args))
 
     async def close(self) -> None:
         await self.lane.close()
@@ -104,28 +145,46 @@ async def test_more_calls_than_connections_wait_their_turn(private_redis: Privat
         await kit.close()
 
 
-async def test_a_call_cancelled_before_its_reply_leaves_no_stale_reply_behind(kit: Kit) -> None:
-    slow = asyncio.create_task(kit.run(SLOW, [], ["200", "stale"]))
-    await asyncio.sleep(0.05)  # sent, the server busy with it
-    slow.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await slow
+async def test_a_call_cancelled_before_its_reply_leaves_no_stale_reply_behind(
+    kit: Kit, admin: aioredis.Redis
+) -> None:
+    await kit.ready(ECHO)
+    async with writes_paused(admin):
+        call = kit.start(ECHO, ["stale"])
+        await kit.sent.wait()  # on the wire; its reply comes once the pause ends
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
     # the one connection was closed rather than reused with "stale" unread
     assert await kit.run(ECHO, [], ["fresh"]) == "fresh"
     assert kit.lane.connections == 1
 
 
-async def test_a_call_cancelled_while_waiting_for_a_connection_takes_none(kit: Kit) -> None:
-    busy = asyncio.create_task(kit.run(SLOW, [], ["100", "busy"]))
-    await asyncio.sleep(0.02)
-    waiting = asyncio.create_task(kit.run(ECHO, [], ["never"]))
-    await asyncio.sleep(0.02)
-    waiting.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await waiting
+async def test_a_call_cancelled_while_waiting_for_a_connection_takes_none(
+    kit: Kit, admin: aioredis.Redis
+) -> None:
+    await kit.ready(ECHO)
+    async with writes_paused(admin):
+        busy = kit.start(ECHO, ["busy"])
+        await kit.sent.wait()  # the lane's one connection is out until the pause ends
+        waiting = asyncio.create_task(kit.run(ECHO, [], ["never"]))
+        await waiting_for_a_connection(kit.lane)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
     assert await busy == "busy"
     assert await kit.run(ECHO, [], ["after"]) == "after"
     assert kit.lane.connections == 1
+
+
+async def waiting_for_a_connection(lane: Lane) -> None:
+    """Returns once a call (or a batch) of `lane` waits for a connection: a few
+    turns of the event loop, no I/O."""
+    for _ in range(100):
+        if lane._waiters:
+            return
+        await asyncio.sleep(0)
+    pytest.fail("no call of the lane waits for a connection")
 
 
 async def test_a_killed_connection_is_reconnected_by_the_retry(
@@ -165,12 +224,14 @@ async def test_the_lane_takes_its_connections_from_the_pool_and_gives_them_back(
 
 
 async def test_a_call_in_flight_when_the_lane_closes_gives_its_connection_to_the_pool(
-    kit: Kit,
+    kit: Kit, admin: aioredis.Redis
 ) -> None:
-    call = asyncio.create_task(kit.run(SLOW, [], [1000, "late"]))  # a second in the script
-    await asyncio.sleep(0.2)  # the call has its connection and waits for the reply
-    (conn,) = kit.lane._made
-    await kit.lane.close()  # while the script runs
+    await kit.ready(ECHO)
+    async with writes_paused(admin):
+        call = kit.start(ECHO, ["late"])
+        await kit.sent.wait()  # the call has its connection and waits for the reply
+        (conn,) = kit.lane._made
+        await kit.lane.close()  # while the call is out
     assert await call == "late"
     assert conn not in kit.pool._in_use_connections  # not left checked out (and leaked)
     assert conn in kit.pool._available_connections
@@ -198,7 +259,7 @@ async def test_a_lane_connection_is_health_checked_when_its_interval_has_passed(
     private_redis: PrivateRedis,
 ) -> None:
     pool = aioredis.ConnectionPool.from_url(
-        private_redis.url, decode_responses=True, health_check_interval=0.2
+        private_redis.url, decode_responses=True, health_check_interval=60
     )
     client = aioredis.Redis(connection_pool=pool)
     lane = Lane(pool, 1)
@@ -216,7 +277,8 @@ async def test_a_lane_connection_is_health_checked_when_its_interval_has_passed(
         conn._send_ping = counted  # type: ignore[method-assign]
         assert await lane.run(script, [], ["soon after"]) == "soon after"
         assert pings == []  # not due: no PING before the call
-        await asyncio.sleep(0.3)
+        # the interval has passed since its last reply (as a minute would do)
+        conn.next_health_check = asyncio.get_running_loop().time() - 1
         assert await lane.run(script, [], ["later"]) == "later"
         assert pings == [True]  # due: redis-py's check ran first, as through the pool
     finally:

@@ -5,7 +5,10 @@ or without the ``test`` extra) and runs pytest there on a small project of a
 "user's" that has nothing to do with Steadyflow, as `pip install steadyflow
 pytest` would. The wheels (the project's and its dependencies') are built
 once per session into a wheelhouse; every install after that is offline
-(``--no-index --find-links``), so the module takes seconds, not minutes.
+(``--no-index --find-links``, no bytecode compiled ahead), and tests that ask
+for the same requirements share one virtualenv. Still minutes of a core: the
+module is marked ``long``, which ``bash scripts/test.sh`` leaves out and
+``bash scripts/test.sh --all`` (CI) runs.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,7 +27,12 @@ import pytest
 from tests.crashflows import ROOT
 
 # One xdist worker runs them all (scripts/test.sh uses --dist loadgroup): one wheelhouse.
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300), pytest.mark.xdist_group("packaging")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.long,
+    pytest.mark.timeout(300),
+    pytest.mark.xdist_group("packaging"),
+]
 
 OLDEST_CLICK = "click==8.1.7"  # pyproject.toml's lower bound
 # pyproject.toml's lower bound for pytest-asyncio (the first with fixture loop
@@ -66,9 +75,10 @@ class Venv:
 
     def __init__(self, path: Path, wheelhouse: Path, *requirements: str) -> None:
         self.path = path
-        # No pip inside: the test's pip installs into it (--python), which is faster.
+        # No pip inside: the test's pip installs into it (--python), which is faster;
+        # no bytecode compiled ahead: a run compiles what it imports (a third of the time).
         subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
-        pip("--python", str(self.python), "install", "--quiet", "--no-index",
+        pip("--python", str(self.python), "install", "--quiet", "--no-compile", "--no-index",
             "--find-links", str(wheelhouse), *requirements)  # fmt: skip
 
     @property
@@ -89,6 +99,23 @@ class Venv:
         return self.run("python", "-c", code, cwd=self.path).returncode == 0
 
 
+@pytest.fixture(name="venvs", scope="session")
+def venvs_fixture(
+    wheelhouse: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Callable[..., Venv]:
+    """`venvs(*requirements)`: a virtualenv with them, made once per session. The
+    tests only run things in it (their projects live elsewhere), so they can share."""
+    made: dict[tuple[str, ...], Venv] = {}
+
+    def venv(*requirements: str) -> Venv:
+        if requirements not in made:
+            path = tmp_path_factory.mktemp("venv") / "venv"
+            made[requirements] = Venv(path, wheelhouse, *requirements)
+        return made[requirements]
+
+    return venv
+
+
 def project(root: Path, files: dict[str, str]) -> Path:
     """A user's project: `files` (dedented), and a pytest.ini so pytest looks no higher."""
     root.mkdir()
@@ -105,9 +132,9 @@ PLAIN_TEST = """\
 
 
 def test_without_the_extra_pytest_runs_and_the_fixtures_name_the_extra(
-    wheelhouse: Path, tmp_path: Path
+    venvs: Callable[..., Venv], tmp_path: Path
 ) -> None:
-    venv = Venv(tmp_path / "venv", wheelhouse, "steadyflow", "pytest", OLDEST_CLICK)
+    venv = venvs("steadyflow", "pytest", OLDEST_CLICK)
     assert not any(venv.has(m) for m in ("pytest_asyncio", "freezegun", "fakeredis"))
 
     # An unrelated project: our plugin loads (listed in the header) and stays out of the way.
@@ -191,9 +218,9 @@ FLOW_TESTS = """\
 
 @pytest.mark.parametrize("pins", [(), OLDEST_ASYNCIO], ids=["newest", "oldest-pytest-asyncio"])
 def test_with_the_extra_flow_env_works_without_loop_scope_settings_or_warnings(
-    wheelhouse: Path, tmp_path: Path, pins: tuple[str, ...]
+    venvs: Callable[..., Venv], tmp_path: Path, pins: tuple[str, ...]
 ) -> None:
-    venv = Venv(tmp_path / "venv", wheelhouse, "steadyflow[test]", *pins)
+    venv = venvs("steadyflow[test]", *pins)
     # The user's strictest settings, and no asyncio_default_fixture_loop_scope.
     config = "[pytest]\nfilterwarnings = error\n"
     user = project(
@@ -241,9 +268,9 @@ STORE_TESTS = """\
 
 @pytest.mark.parametrize("pins", [(), OLDEST_ASYNCIO], ids=["newest", "oldest-pytest-asyncio"])
 def test_a_users_project_runs_the_store_conformance_kit_in_strict_mode(
-    wheelhouse: Path, tmp_path: Path, pins: tuple[str, ...]
+    venvs: Callable[..., Venv], tmp_path: Path, pins: tuple[str, ...]
 ) -> None:
-    venv = Venv(tmp_path / "venv", wheelhouse, "steadyflow[test]", *pins)
+    venv = venvs("steadyflow[test]", *pins)
     # asyncio_mode unset: pytest-asyncio's strict mode, where only marked tests run.
     config = "[pytest]\nfilterwarnings = error\n"
     user = project(tmp_path / "user", {"pytest.ini": config, "test_their_store.py": STORE_TESTS})

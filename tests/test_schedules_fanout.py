@@ -15,6 +15,9 @@ from stores.protocol import ScheduleFire, TickKind
 from stores.redis import RedisStore
 from testing import FakeClock, FlowTestEnv
 
+# At scale (2,000 runs, seconds of a core per store): CI's (--all) alone.
+pytestmark = pytest.mark.long
+
 REG = Registry()
 SENT: Counter[str] = Counter()
 RECIPIENTS = [f"user-{i:04d}" for i in range(1000)]
