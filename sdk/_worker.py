@@ -37,7 +37,7 @@ from sdk._types import ErrorInfo, Reason
 from sdk._values import Serializer
 from sdk.errors import InvalidArgument
 from stores._tasks import cancel_and_wait
-from stores.protocol import CorruptData, Damaged, PartitionsMismatch
+from stores.protocol import CorruptData, Damaged, FailedRun, PartitionsMismatch
 
 if TYPE_CHECKING:
     from stores.protocol import Claim, Store
@@ -299,6 +299,8 @@ class Worker(Heartbeat):
             )  # fmt: skip
         for damaged in tick.damaged:
             self._fail_damaged(damaged)
+        for failed in tick.failed:  # by the pass itself: no activation logs them
+            _log_failed(failed)
         for claim in claims:
             self._spawn(claim, polled_at)
         started, sched = 0, tick.schedules_due
@@ -554,3 +556,17 @@ class Worker(Heartbeat):
         """Stop claiming; `run()` then lets in-flight work finish (within the grace
         period), hands back what is left, and returns."""
         self._stop.set()
+
+
+def _log_failed(failed: FailedRun) -> None:
+    """One WARNING line for a run the maintenance pass failed (timed out, or its
+    lease expired too often), as `sdk._ending` logs a run its activation failed."""
+    said = {
+        Reason.TIMED_OUT.value: "the run did not finish within its timeout",
+        Reason.MAX_RECOVERIES_EXCEEDED.value: "its lease expired too many times without progress",
+    }.get(failed.reason, failed.reason)
+    log.warning(
+        "run %s of flow %s failed: %s (reason %s)",
+        failed.run_id, failed.flow or "?", said, failed.reason,
+        extra={"run_id": failed.run_id, "flow": failed.flow, "reason": failed.reason},
+    )  # fmt: skip

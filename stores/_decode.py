@@ -19,6 +19,7 @@ from stores.protocol import (
     Claim,
     CorruptData,
     Damaged,
+    FailedRun,
     Mailbox,
     RunStatus,
     StoredRun,
@@ -304,14 +305,18 @@ def first_unreadable(values: list[str], pairs: bool) -> str | None:
 
 def tick_result(reply: list[Any]) -> TickResult:
     """One partition's maintenance: fired, recovered, next timer, next lease expiry,
-    repaired, then the damaged runs found (id, key, what is wrong, ...)."""
-    fired, recovered, nt, nl, repaired, found, *polled = reply  # (capped, schedules: a poll's)
+    repaired, the damaged runs found (id, key, what is wrong, ...), then the runs it
+    failed (id, flow, reason, ...)."""
+    fired, recovered, nt, nl, repaired, found, ended, *polled = reply  # (capped, schedules)
     dues = [float(x) for x in (nt, nl) if x != ""]
     damaged = tuple(Damaged(found[i], found[i + 1], found[i + 2]) for i in range(0, len(found), 3))
+    failed = tuple(
+        FailedRun(ended[i], ended[i + 1], ended[i + 2]) for i in range(0, len(ended or ()), 3)
+    )
     sched = polled[1] if len(polled) > 1 and polled[1] != "" else None
     return TickResult(
         int(fired), int(recovered), min(dues, default=None), int(repaired), damaged,
-        capped=bool(polled and int(polled[0])),
+        failed=failed, capped=bool(polled and int(polled[0])),
         schedules_due=None if sched is None else float(sched),
     )  # fmt: skip
 
@@ -323,12 +328,14 @@ def merged(results: Iterable[TickResult]) -> TickResult:
     dues: list[float] = []
     sched: list[float] = []
     damaged: list[Damaged] = []
+    failed: list[FailedRun] = []
     for r in results:
         fired += r.fired
         recovered += r.recovered
         repaired += r.repaired
         dues += [] if r.next_due is None else [r.next_due]
         damaged += r.damaged
+        failed += r.failed
         capped = capped or r.capped
         sched += [] if r.schedules_due is None else [r.schedules_due]
     return TickResult(
@@ -337,6 +344,7 @@ def merged(results: Iterable[TickResult]) -> TickResult:
         min(dues, default=None),
         repaired,
         tuple(damaged),
+        failed=tuple(failed),
         capped=capped,
         schedules_due=min(sched, default=None),
     )

@@ -22,6 +22,7 @@ __all__ = [
     "Delivery",
     "EventDelivered",
     "EventWatch",
+    "FailedRun",
     "FlowScope",
     "IntentClaim",
     "Lineage",
@@ -325,6 +326,15 @@ class StartOutcome:
 
 
 @attrs.frozen
+class FailedRun:
+    """A run that a maintenance pass failed by itself (a `TickResult`'s)."""
+
+    run_id: str
+    flow: str
+    reason: str  # the `Reason` code: ``timed_out`` or ``max_recoveries_exceeded``
+
+
+@attrs.frozen
 class TickResult:
     """Timers fired and runs recovered by one `tick`, and when the next is due;
     runs the repair pass put back on an index (`repaired`), and runs found
@@ -335,6 +345,7 @@ class TickResult:
     next_due: float | None
     repaired: int = 0
     damaged: tuple[Damaged, ...] = ()
+    failed: tuple[FailedRun, ...] = ()  # runs the pass failed (timed out, recovered too often)
     capped: bool = False  # a poll: a queue's ready run waits for this caller's worker cap
     schedules_due: float | None = None  # a poll: when a served flow's schedule needs a worker
 

@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from sdk import RetryPolicy, flow, step
+from sdk import RetryPolicy, flow, sleep, step
 from sdk._serde import MAX_TRACEBACK, encode_exception, rebuild_exception, traceback_text
 from sdk.errors import RunFailed
 from stores.redis import RedisStore
@@ -112,3 +112,28 @@ def test_a_long_traceback_keeps_its_end() -> None:
 def test_an_exception_never_raised_has_no_traceback() -> None:
     assert traceback_text(ValueError("x")) is None
     assert "traceback" not in encode_exception(ValueError("x"))
+
+
+@flow(name="tests.tracebacks.slow_quote", timeout=60)
+async def slow_quote(order: str) -> int:
+    await sleep(3600)  # parked past its timeout: the store's pass fails it, no activation
+    return 0
+
+
+async def test_a_run_the_maintenance_pass_fails_is_logged_at_warning_too(
+    store: RedisStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="steadyflow.worker")
+    async with FlowTestEnv(store=store) as env:
+        handle = await env.start(slow_quote, "Q-9", run_id="quote-Q-9")
+        await env.run_until_idle()
+        await env.advance(61)  # the run's deadline: failed with reason timed_out
+        with pytest.raises(RunFailed, match="timeout"):
+            await handle.result()
+    (failed,) = [r for r in caplog.records if "quote-Q-9" in r.getMessage()]
+    assert failed.levelno == logging.WARNING
+    assert failed.getMessage() == (
+        "run quote-Q-9 of flow tests.tracebacks.slow_quote failed: the run did not finish "
+        "within its timeout (reason timed_out)"
+    )
+    assert (failed.run_id, failed.reason) == ("quote-Q-9", "timed_out")  # type: ignore[attr-defined]

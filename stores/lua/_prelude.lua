@@ -676,6 +676,13 @@ end
 local function maintain(now, limit, max_recoveries, recovery_error)
   local fired, recovered, timed_out, forced = 0, 0, 0, 0
   local damage = {}
+  -- runs this pass failed (id, flow, reason, ...): the worker logs each one
+  local failed = {}
+  local function failing(id, reason)
+    failed[#failed + 1] = id
+    failed[#failed + 1] = redis.call('HGET', rk(id), 'flow') or ''
+    failed[#failed + 1] = reason
+  end
   local function note(id, key, what)
     damage[#damage + 1] = id
     damage[#damage + 1] = key
@@ -721,6 +728,7 @@ local function maintain(now, limit, max_recoveries, recovery_error)
       redis.call('HINCRBY', key, 'fence', 1)
       redis.call('HDEL', key, 'lease_owner', 'lease_exp')
       if redis.call('HINCRBY', key, 'recoveries', 1) > tonumber(max_recoveries) then
+        failing(id, 'max_recoveries_exceeded')
         fail_now(id, now, recovery_error, 'max_recoveries_exceeded')
       else
         move(id, 'replaying')
@@ -747,6 +755,7 @@ local function maintain(now, limit, max_recoveries, recovery_error)
       local why = '{"type":"builtins:TimeoutError","message":"the run did not finish within '
         .. 'its timeout of ' .. t .. ' seconds (counted from its start)","reason":"timed_out"}'
       redis.call('HINCRBY', key, 'fence', 1)
+      failing(id, 'timed_out')
       fail_now(id, now, why, 'timed_out')
       timed_out = timed_out + 1
     end
@@ -801,7 +810,7 @@ local function maintain(now, limit, max_recoveries, recovery_error)
   if nd[2] and (not nt[2] or tonumber(nd[2]) < tonumber(nt[2])) then nt = nd end
   nd = next_of(K.cancels)
   if nd[2] and (not nt[2] or tonumber(nd[2]) < tonumber(nt[2])) then nt = nd end
-  return fired + timed_out + forced, recovered, nt[2] or '', nl[2] or '', repaired, damage
+  return fired + timed_out + forced, recovered, nt[2] or '', nl[2] or '', repaired, damage, failed
 end
 
 -- The first ready run of queue `q` this worker may take: of a flow (version)

@@ -2,5 +2,5 @@
 local bad = badnum(ARGV[2], 'now') or badnum(ARGV[3], 'limit', true)
   or badnum(ARGV[4], 'max recoveries', true)
 if bad then return err('invalid', bad) end
-local f, r, nt, nl, fixed, damage = maintain(ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5])
-return {f, r, nt, nl, fixed, damage}
+local f, r, nt, nl, fixed, damage, failed = maintain(ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5])
+return {f, r, nt, nl, fixed, damage, failed}
