@@ -38,8 +38,8 @@ from typing import Any
 
 from sdk import Client, Registry, RunOptions, Versions, flow, step, wait_for
 from sdk.errors import InvalidArgument, SerializationError, SteadyflowError
+from sdk.store import Store
 from stores import open_store
-from stores.protocol import Store
 from testing import FakeClock
 from testing._env import FlowTestEnv
 

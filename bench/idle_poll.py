@@ -23,10 +23,10 @@ from typing import Any
 
 from bench._common import emit, new_prefix, parser, summary, table
 from bench.scaling import cluster_of
+from sdk.store import Claim, NewRun, RunStatus, TickResult
 from stores import _decode, open_store
 from stores._codec import num
 from stores._queuestore import limits_args
-from stores.protocol import Claim, NewRun, RunStatus, TickResult
 from stores.redis import RedisStore
 
 PARTITIONS = (1, 8, 64)

@@ -32,7 +32,7 @@ from typing import Any
 from bench import flows
 from bench._common import bench_store, emit, new_prefix, parser, summary, table
 from sdk import Client
-from sdk._registry import flow_def_of
+from sdk.model._registry import flow_def_of
 
 __all__ = ["main", "measure"]
 

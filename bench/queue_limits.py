@@ -23,7 +23,7 @@ from typing import Any
 
 from bench._common import bench_store, counting, emit, new_prefix, parser, table
 from sdk import Client, Queue, Registry, Worker, flow, step
-from stores.protocol import QueueLimits
+from sdk.store import QueueLimits
 
 __all__ = ["main", "measure"]
 

@@ -32,7 +32,7 @@ from redis.utils import HIREDIS_AVAILABLE
 from bench import flows, replay, step_overhead, throughput
 from bench._common import bench_store, emit, new_prefix, parser, table
 from sdk import Client, Worker
-from sdk._journal import Kind, Record, State
+from sdk._core._journal import Kind, Record, State
 
 __all__ = ["main", "measure"]
 

@@ -30,11 +30,11 @@ from typing import Any
 from bench import flows
 from bench._common import bench_store, emit, new_prefix, parser, profiled, summary, table
 from sdk import Client, RunStatus, Worker
-from sdk._activation import Activation
-from sdk._clock import SystemClock
-from sdk._engine import Engine
-from sdk._journal import Journal
-from sdk._registry import Registry
+from sdk._core._clock import SystemClock
+from sdk._core._journal import Journal
+from sdk.engine._activation import Activation
+from sdk.engine._engine import Engine
+from sdk.model._registry import Registry
 
 __all__ = ["main", "measure"]
 

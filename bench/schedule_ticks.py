@@ -1,7 +1,7 @@
 """Firing due schedule ticks: wall time and round trips for one worker to fire 10,000.
 
 Two cases, each leaving 10,000 ticks due to one worker's schedule pass
-(`sdk._ticker.Ticker.fire`, the part of a worker's pass that starts ticks' runs):
+(`sdk.worker._ticker.Ticker.fire`, the part of a worker's pass that starts ticks' runs):
 
 - ``many``: 10,000 hourly schedules, each one tick behind (a worker that was
   down for an hour);

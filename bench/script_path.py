@@ -37,7 +37,7 @@ from redis.commands.core import AsyncScript
 from bench import flows
 from bench._common import delete_prefix, emit, new_prefix, parser, summary, table
 from sdk import Client, Worker
-from sdk._journal import Kind, Record, State
+from sdk._core._journal import Kind, Record, State
 from stores._redispy import Lane, RedisPyScripts, ScriptRunner
 from stores.redis import RedisStore
 

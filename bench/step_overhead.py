@@ -23,7 +23,7 @@ the Python between the flow's ``await`` and the socket, the engine's, the
 store's and the lane's, a figure the loopback's drift does not move. It
 prints no floors. In a real run much of that Python is not on top of the
 round trip: the flow's code and the next step's start run while a step's
-write is on the wire (`sdk._writes.Writes.send`).
+write is on the wire (`sdk.engine._writes.Writes.send`).
 
 ``--optional-checkpoints`` runs the same flow declared with
 ``@flow(optional_checkpoints=True)`` (a ``step_started`` checkpoint per step).
@@ -59,9 +59,9 @@ from bench._common import (
     table,
 )
 from sdk import Client, Worker
-from sdk._journal import Kind, Record, State
+from sdk._core._journal import Kind, Record, State
+from sdk.store import CheckpointKind, EventType, StepEvent
 from stores._redispy import Lane, _packed
-from stores.protocol import CheckpointKind, EventType, StepEvent
 from stores.redis import RedisStore
 
 __all__ = ["main", "measure", "overhead_runs"]
@@ -69,7 +69,7 @@ __all__ = ["main", "measure", "overhead_runs"]
 #: One run's step times, undecorated-call times (seconds, one per call) and wall time.
 Timed = tuple[list[float], list[float], float]
 
-#: The event (and checkpoint) a completed step's write makes (as `sdk._steprun`'s).
+#: The event (and checkpoint) a completed step's write makes (as `sdk.engine._steprun`'s).
 STEP_COMPLETED = StepEvent(EventType.STEP_COMPLETED, "", CheckpointKind.STEP_COMPLETED)
 
 #: The engine this process runs (bench.events_overhead checks it).

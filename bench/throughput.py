@@ -48,7 +48,7 @@ from bench._common import (
 )
 from bench.step_overhead import STEP_COMPLETED
 from sdk import Client, RunStatus, Worker
-from sdk._journal import Kind, Record, State
+from sdk._core._journal import Kind, Record, State
 from stores.redis import RedisStore
 
 __all__ = ["main", "measure", "store_alone"]

@@ -7,7 +7,7 @@ duration: what a timer adds.
 
 Each duration is measured twice. With the worker's defaults, a sleep that ends
 within its ``inline_backoff_max`` (1 s) is waited for in place, the run staying
-claimed (`sdk._waits.holds`): what it adds is the write of the timer's record.
+claimed (`sdk.engine._waits.holds`): what it adds is the write of the timer's record.
 With ``inline_backoff_max=0`` every sleep parks the run: the park, the
 worker's wait ending at the deadline, the claim that continues the flow, and
 their round trips.

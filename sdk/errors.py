@@ -38,7 +38,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from sdk._types import ErrorInfo, RunStatus
+    from sdk._core._types import ErrorInfo, RunStatus
 
 __all__ = [
     "ChildFailed",

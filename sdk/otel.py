@@ -41,13 +41,13 @@ from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from sdk._intercept import ActivationInfo, ActivationOutcome, ActivationReason, Interceptor
-from sdk._waiting import key_label, kinds
+from sdk._core._waiting import key_label, kinds
+from sdk.model._intercept import ActivationInfo, ActivationOutcome, ActivationReason, Interceptor
 
 if TYPE_CHECKING:
-    from sdk._client import Client
-    from sdk._queues import QueueInfo
-    from sdk._types import RunOptions, WaitingOn
+    from sdk._core._types import RunOptions, WaitingOn
+    from sdk.client._client import Client
+    from sdk.model._queues import QueueInfo
 
 __all__ = ["OtelInterceptor"]
 

@@ -13,8 +13,8 @@ import os
 from typing import Any
 from urllib.parse import urlsplit
 
+from sdk.store import Store
 from stores._cluster import CLUSTER_SCHEMES
-from stores.protocol import Store
 from stores.redis import RedisStore
 
 __all__ = ["RedisStore", "Store", "open_store"]

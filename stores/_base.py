@@ -11,9 +11,9 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
+from sdk.store._records import CorruptData, PartitionsMismatch
 from stores import _decode
 from stores._keys import Keys
-from stores._records import CorruptData, PartitionsMismatch
 from stores._redispy import ScriptRunner
 from stores._wakeups import ShardedWaits
 

@@ -16,18 +16,18 @@ from typing import Any
 
 from redis.exceptions import NoScriptError, RedisError, TryAgainError
 
+from sdk.store._records import NewRun, StartOutcome, StepEvent
+from sdk.store._statuses import RunStatus
 from stores import _codec, _decode, _migrating
 from stores._base import RedisBase
 from stores._codec import num
-from stores._lifecycle import RunStatus
-from stores._records import NewRun, StartOutcome, StepEvent
 from stores._redispy import strict_args
 
 __all__ = ["Children"]
 
 
 class Children(RedisBase):
-    """`Store.create_runs` and `Store.record_many` (see `stores.protocol`)."""
+    """`Store.create_runs` and `Store.record_many` (see `sdk.store`)."""
 
     async def _pipelined(
         self, name: str, calls: Sequence[tuple[list[str], list[str]]]

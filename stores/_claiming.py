@@ -40,13 +40,13 @@ from typing import Any
 
 import attrs
 
+from sdk.store import Claim, FlowScope, TickResult
+from sdk.store._queues import QueueLimits
 from stores import _codec, _decode
 from stores._children import Children
 from stores._codec import num
 from stores._keys import SUFFIX
-from stores._queues import QueueLimits
 from stores._queuestore import limits_args
-from stores.protocol import Claim, FlowScope, TickResult
 
 __all__ = ["Claiming"]
 

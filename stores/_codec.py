@@ -11,8 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from stores._decode import first_unreadable, show, strict_float, strict_int, unreadable
-from stores.protocol import (
+from sdk.store import (
     CheckpointKind,
     CorruptData,
     FlowScope,
@@ -25,6 +24,7 @@ from stores.protocol import (
     StoredEvent,
     StoredIntent,
 )
+from stores._decode import first_unreadable, show, strict_float, strict_int, unreadable
 
 __all__ = [
     "RUN_FORMAT",

@@ -3,9 +3,9 @@ cancel, resume, delete (each one script on the run's partition)."""
 
 from __future__ import annotations
 
+from sdk.store import EventType, Mailbox, Refused, Rewind
 from stores._base import RedisBase
 from stores._codec import mailbox_name, num, refused
-from stores.protocol import EventType, Mailbox, Refused, Rewind
 
 __all__ = ["Control"]
 

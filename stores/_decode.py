@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from stores.protocol import (
+from sdk.store import (
     Claim,
     CorruptData,
     Damaged,

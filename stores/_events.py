@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
+from sdk.store import EventDelivered, Mailbox, Refused
 from stores._base import RedisBase
 from stores._codec import mailbox_name, num, refused
-from stores.protocol import EventDelivered, Mailbox, Refused
 
 __all__ = ["Events"]
 

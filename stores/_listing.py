@@ -19,9 +19,9 @@ from typing import Any
 
 from redis.exceptions import ResponseError
 
+from sdk.store._records import StoredRun
 from stores import _decode
 from stores._keys import Keys
-from stores._records import StoredRun
 
 __all__ = ["Partition", "merged"]
 

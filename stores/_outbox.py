@@ -8,9 +8,9 @@ from typing import TypeVar
 
 from redis.exceptions import ResponseError
 
+from sdk.store import CorruptData, Delivery, IntentClaim, StoredIntent
 from stores import _codec
 from stores._base import RedisBase
-from stores.protocol import CorruptData, Delivery, IntentClaim, StoredIntent
 
 __all__ = ["Outbox"]
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
+from sdk.store._queues import QueueLimits, QueueStats
 from stores._base import RedisBase
 from stores._codec import num
-from stores._queues import QueueLimits, QueueStats
 
 __all__ = ["Queues", "limits_args"]
 

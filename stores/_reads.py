@@ -8,12 +8,7 @@ from typing import Any
 from redis.asyncio.client import PubSub
 from redis.exceptions import ResponseError
 
-from stores import _codec, _decode
-from stores._base import RedisBase, block_seconds
-from stores._keys import SUFFIX
-from stores._listing import Partition, merged
-from stores._wakeups import ShardedFeed
-from stores.protocol import (
+from sdk.store import (
     CorruptData,
     Lineage,
     Mailbox,
@@ -22,6 +17,11 @@ from stores.protocol import (
     StoredEvent,
     StoredRun,
 )
+from stores import _codec, _decode
+from stores._base import RedisBase, block_seconds
+from stores._keys import SUFFIX
+from stores._listing import Partition, merged
+from stores._wakeups import ShardedFeed
 
 __all__ = ["Reads"]
 

@@ -1,5 +1,5 @@
 """Schedules on Redis: `Store.save_schedule`, `schedule_op`, `schedules`,
-`due_schedules` and `fire_schedules` (see `stores.protocol.ScheduleStore`).
+`due_schedules` and `fire_schedules` (see `sdk.store.ScheduleStore`).
 
 A schedule is a hash (``sch:<id>``) in partition 0, listed in ``schedules``;
 while it needs a worker it sits in its flow's due index (``schq:<flow>``,
@@ -16,16 +16,16 @@ from collections.abc import Sequence
 import attrs
 from redis.exceptions import ResponseError
 
-from stores import _codec, _decode
-from stores._children import Children
-from stores._codec import num
-from stores._keys import SUFFIX
-from stores._schedule_records import (
+from sdk.store._schedules import (
     NewSchedule,
     ScheduleFire,
     ScheduleOp,
     StoredSchedule,
 )
+from stores import _codec, _decode
+from stores._children import Children
+from stores._codec import num
+from stores._keys import SUFFIX
 
 __all__ = ["Schedules"]
 

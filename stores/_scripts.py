@@ -42,7 +42,7 @@ The price: operations on a partition wait while its slot moves (more
 partitions, smaller slots, shorter waits; see docs/operations.md).
 
 Error replies are tables ``{'err', code, a, b}``; the store maps the codes to
-`stores.protocol.Refused` (the engine raises its errors from those).
+`sdk.store.Refused` (the engine raises its errors from those).
 
 What the files may use beyond Lua (filled in here):
 - ``K.name``: the key suffix ``name`` of `stores._keys.SUFFIX`, as a literal;
@@ -64,9 +64,9 @@ from collections.abc import Mapping
 from importlib import resources
 from types import MappingProxyType
 
+from sdk.store import TRANSITIONS, RunStatus
+from sdk.store._records import MAX_PRIORITY
 from stores._keys import RUN_SUFFIXES, SUFFIX
-from stores._records import MAX_PRIORITY
-from stores.protocol import TRANSITIONS, RunStatus
 
 __all__ = ["build_scripts", "lua_files"]
 

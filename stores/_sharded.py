@@ -35,7 +35,7 @@ from typing import Any
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.exceptions import RedisClusterException, RedisError, ResponseError
 
-from stores._tasks import cancel_and_wait
+from sdk._core._tasks import cancel_and_wait
 
 __all__ = ["ShardedSubscriber"]
 

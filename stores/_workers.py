@@ -23,9 +23,9 @@ from typing import Any
 
 import attrs
 
+from sdk.store._records import WorkerBeat
 from stores._base import RedisBase
 from stores._codec import num
-from stores._records import WorkerBeat
 
 __all__ = ["Workers"]
 

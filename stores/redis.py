@@ -19,22 +19,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
 
-from stores import _codec, _decode
-from stores._children import Children
-from stores._claiming import Claiming
-from stores._cluster import CLUSTER_SCHEMES, DEFAULT_PARTITIONS, cluster_clients
-from stores._codec import mailbox_name, num
-from stores._control import Control
-from stores._events import Events
-from stores._keys import SUFFIX, Keys
-from stores._outbox import Outbox
-from stores._queuestore import Queues
-from stores._reads import Reads
-from stores._redispy import READ_ERRORS, is_cluster, script_runner, unavailable
-from stores._schedules import Schedules
-from stores._scripts import build_scripts
-from stores._workers import Workers
-from stores.protocol import (
+from sdk.store import (
     Consumed,
     CorruptData,
     EventType,
@@ -51,6 +36,21 @@ from stores.protocol import (
     StepEvent,
     TickResult,
 )
+from stores import _codec, _decode
+from stores._children import Children
+from stores._claiming import Claiming
+from stores._cluster import CLUSTER_SCHEMES, DEFAULT_PARTITIONS, cluster_clients
+from stores._codec import mailbox_name, num
+from stores._control import Control
+from stores._events import Events
+from stores._keys import SUFFIX, Keys
+from stores._outbox import Outbox
+from stores._queuestore import Queues
+from stores._reads import Reads
+from stores._redispy import READ_ERRORS, is_cluster, script_runner, unavailable
+from stores._schedules import Schedules
+from stores._scripts import build_scripts
+from stores._workers import Workers
 
 __all__ = ["RedisStore"]
 

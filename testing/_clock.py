@@ -7,7 +7,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sdk._clock import seconds
+from sdk._core._clock import seconds
 from testing._extra import needs_extra
 
 try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Literal
 
-from sdk._intercept import Abandon, Interceptor
+from sdk.model._intercept import Abandon, Interceptor
 
 __all__ = ["CrashPoints"]
 

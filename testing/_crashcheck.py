@@ -22,12 +22,13 @@ from typing import Any, Literal
 
 import attrs
 
-from sdk._context import _run_var
-from sdk._intercept import ActivationInfo, Interceptor
-from sdk._journal import Kind, State
-from sdk._registry import Registry
-from sdk._types import ErrorInfo, RunStatus
+from sdk._core._journal import Kind, State
+from sdk._core._types import ErrorInfo, RunStatus
+from sdk.engine._activation import Activation
 from sdk.errors import RunNotFound
+from sdk.model._intercept import ActivationInfo, Interceptor
+from sdk.model._registry import Registry
+from sdk.runtime._runtime import run_var
 from stores import _fakelua
 from stores.redis import RedisStore
 from testing._clock import FakeClock
@@ -278,8 +279,8 @@ class _Probe(Interceptor):
         """The env's crash interceptor fires: note what the activation had recorded."""
         self.crashed = CrashPoint(key, when)
         self.ran_before_crash = frozenset(self.runs)
-        act = _run_var.get()
-        if act is not None:
+        act = run_var.get()
+        if isinstance(act, Activation):
             self.crash_run = act.run_id
             self.recorded_at_crash = frozenset(
                 rec.key

@@ -11,13 +11,13 @@ from typing import Any, Literal
 
 import cattrs
 
-from sdk._client import Client, RunHandle
-from sdk._clock import seconds
-from sdk._intercept import Interceptor
-from sdk._registry import Registry
-from sdk._values import Serializer
-from sdk._worker import Worker
-from stores.protocol import Store
+from sdk._core._clock import seconds
+from sdk._core._values import Serializer
+from sdk.client._client import Client, RunHandle
+from sdk.model._intercept import Interceptor
+from sdk.model._registry import Registry
+from sdk.store import Store
+from sdk.worker._worker import Worker
 from testing._clock import FakeClock
 from testing._crash import CrashPoints
 from testing._history import HistoryEntry, Timings, read_history

@@ -12,11 +12,11 @@ from typing import Any
 
 import attrs
 
-from sdk._clock import Clock
-from sdk._intercept import Interceptor
-from sdk._journal import Journal, Kind, Record, State
+from sdk._core._clock import Clock
+from sdk._core._journal import Journal, Kind, Record, State
 from sdk.errors import RunNotFound
-from stores.protocol import Store
+from sdk.model._intercept import Interceptor
+from sdk.store import Store
 
 __all__ = ["HistoryEntry", "Timings", "read_history"]
 

@@ -23,19 +23,19 @@ from typing import Any
 import attrs
 import cattrs
 
-from sdk._activation import Activation
-from sdk._engine import Engine
-from sdk._export import EXPORT_FORMAT, EXPORT_MARKER
-from sdk._flowdef import FlowDef
-from sdk._intercept import Abandon, Interceptor
-from sdk._journal import Journal, Record, State
-from sdk._registry import Registry, flow_def_of
-from sdk._serde import converter as records
-from sdk._serde import dumps, loads
-from sdk._types import ErrorInfo, EventType, RunStatus
-from sdk._values import Serializer
+from sdk._core._journal import Journal, Record, State
+from sdk._core._serde import converter as records
+from sdk._core._serde import dumps, loads
+from sdk._core._types import ErrorInfo, EventType, RunStatus
+from sdk._core._values import Serializer
+from sdk.client._export import EXPORT_FORMAT, EXPORT_MARKER
+from sdk.engine._activation import Activation
+from sdk.engine._engine import Engine
 from sdk.errors import InvalidArgument
-from stores.protocol import NewRun
+from sdk.model._flowdef import FlowDef
+from sdk.model._intercept import Abandon, Interceptor
+from sdk.model._registry import Registry, flow_def_of
+from sdk.store import NewRun
 
 __all__ = ["ReplayPoint", "ReplayReport", "load_exports", "replay"]
 

@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sdk import Reason, Registry, RetryPolicy, RunStatus, Serializer, emit, flow, step, wait_for
-from sdk._limits import MAX_DEPTH
-from sdk._serde import dumps, encode_exception, loads, rebuild_exception, type_path
+from sdk._core._limits import MAX_DEPTH
+from sdk._core._serde import dumps, encode_exception, loads, rebuild_exception, type_path
 from sdk.errors import RunFailed, SerializationError, StepError
 from stores.redis import RedisStore
 from testing import FlowTestEnv

@@ -20,7 +20,7 @@ from sdk import (
     step,
     wait_for,
 )
-from sdk._children import child_run_id
+from sdk._core._keys import child_run_id
 from sdk.errors import (
     ChildFailed,
     IdempotencyConflict,

@@ -21,9 +21,9 @@ import pytest
 from click.testing import CliRunner, Result
 
 from sdk import Client, Registry, RetryPolicy, Worker, flow, run_child, step, wait_for
-from sdk._follow import follow_run
 from sdk.cli import cli
 from sdk.cli._options import ExitCode
+from sdk.client._follow import follow_run
 from stores.redis import RedisStore
 from tests.conftest import need_real_redis
 

@@ -21,7 +21,7 @@ import pytest
 import pytest_asyncio
 
 from sdk import Client, RunStatus, Worker, flow, step, wait_for
-from sdk._follow import follow_run
+from sdk.client._follow import follow_run
 from stores import open_store
 from stores.redis import RedisStore
 from tests._cluster import LocalCluster, running_cluster

@@ -29,9 +29,9 @@ import redis.exceptions
 
 from sdk import Client, RunHandle, RunStatus, Worker, flow, step, wait_for
 from sdk.errors import CorruptRecord, RunFailed
+from sdk.store import CorruptData, NewRun, TickResult
 from stores import open_store
 from stores._keys import SUFFIX
-from stores.protocol import CorruptData, NewRun, TickResult
 from stores.redis import RedisStore
 from testing import FakeClock, FlowTestEnv
 
@@ -647,7 +647,7 @@ async def test_starting_an_id_taken_by_a_damaged_run_names_the_key(store: RedisS
 async def test_the_outbox_loop_tells_an_outage_from_another_fault(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from sdk._dispatch import Dispatcher
+    from sdk.worker._dispatch import Dispatcher
 
     async with FlowTestEnv(FakeClock()) as env:
         dispatcher = Dispatcher(env.store, env.clock, lambda: {"mail": None}, concurrency=1,  # type: ignore[dict-item]

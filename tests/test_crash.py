@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from sdk import Client, RunStatus
-from sdk._journal import Record
+from sdk._core._journal import Record
 from stores.redis import RedisStore
 from tests.conftest import PrivateRedis
 from tests.crashflows import (
@@ -94,7 +94,7 @@ async def test_sigkill_while_a_short_sleep_is_waited_in_place_loses_nothing(
     workers: Workers, client: Client, real_store: RedisStore, tmp_path: Path
 ) -> None:
     # 0.9 s is within the worker's inline_backoff_max (1 s): the worker waits for
-    # it with the run claimed (sdk._waits.holds), and dies meanwhile.
+    # it with the run claimed (sdk.engine._waits.holds), and dies meanwhile.
     markers = tmp_path / "markers"
     first = workers.spawn()
     run_id = f"held-{uuid.uuid4().hex[:8]}"
@@ -193,7 +193,7 @@ async def test_a_sender_killed_mid_send_loses_no_delivery_and_a_resend_duplicate
     assert await client.send_event("crash.payment", {"batch": "b1"}, event_id="evt-1") == []
 
 
-# -- killed with a step's write on the wire (sdk._writes.Writes.send) ------------------------
+# -- killed with a step's write on the wire (sdk.engine._writes.Writes.send) ----------------
 # The worker sends a step's write and runs the flow's own code on while it is out; the
 # next step's body waits for it. A private Redis holds the write: stopped (SIGSTOP), it
 # has the command in its socket and runs it once it goes on, after the worker died;

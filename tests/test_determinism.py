@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from sdk import current_run, flow, now, step, uuid4, wait_for
-from sdk._aio import FlowLoop
+from sdk.engine._aio import FlowLoop
 from sdk.errors import NonDeterminismError, RunFailed
 from stores.redis import RedisStore
 from testing import FakeClock, FlowTestEnv

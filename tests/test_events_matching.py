@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 
 from sdk import Client, RunRecord, RunStatus, flow, step, wait_for, wait_for_event
-from sdk._events import event_mailbox, tokens_for
 from sdk.errors import (
     Forbidden,
     InvalidArgument,
@@ -18,7 +17,8 @@ from sdk.errors import (
     SerializationError,
     WaitTimeout,
 )
-from stores.protocol import EventDelivered
+from sdk.model._events import event_mailbox, tokens_for
+from sdk.store import EventDelivered
 from stores.redis import RedisStore
 from testing import FlowTestEnv
 

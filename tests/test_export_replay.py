@@ -18,9 +18,9 @@ from examples.checkout import Order, checkout, gateway
 from examples.hello import hello
 from examples.orders import order, warehouse
 from sdk import RunStatus, flow, step, wait_for
-from sdk._types import ErrorInfo
-from sdk._worker import Worker
+from sdk._core._types import ErrorInfo
 from sdk.errors import InvalidArgument, NonDeterminismError, RunNotFound
+from sdk.worker._worker import Worker
 from stores.redis import RedisStore
 from testing import FakeClock, FlowTestEnv, ReplayPoint, load_exports, replay
 from tests.docsnippets import DOCS, section_code

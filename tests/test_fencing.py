@@ -10,7 +10,7 @@ import pytest
 
 from sdk import Client, RunStatus, Worker, flow, step
 from sdk.errors import RunCanceled
-from stores.protocol import Consumed, Mailbox, Parked, Refusal, Refused
+from sdk.store import Consumed, Mailbox, Parked, Refusal, Refused
 from stores.redis import RedisStore
 from testing import FakeClock
 from tests.redis_layout._support import (

@@ -46,8 +46,8 @@ from sdk import (
     uuid4,
     wait_for,
 )
-from sdk._journal import Journal, Kind, Record, State
-from sdk._serde import converter, dumps
+from sdk._core._journal import Journal, Kind, Record, State
+from sdk._core._serde import converter, dumps
 from sdk.errors import WaitTimeout
 from stores.redis import RedisStore
 from testing import FakeClock, FlowTestEnv

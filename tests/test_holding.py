@@ -1,5 +1,5 @@
 """A run whose flow waits only for what ends by itself soon is waited for in place,
-not parked (`sdk._waits.holds`): a sleep, an asyncio timer or a step's retry time
+not parked (`sdk.engine._waits.holds`): a sleep, an asyncio timer or a step's retry time
 due within the worker's ``inline_backoff_max``, on a clock the event loop measures.
 
 Parking writes a ``waiting_for_signal`` checkpoint; waiting in place writes none,
@@ -16,7 +16,7 @@ import pytest
 
 from sdk import Client, RunStatus, Worker, flow, sleep, step, wait_for
 from sdk.errors import RunCanceled, WaitTimeout
-from stores.protocol import Store
+from sdk.store import Store
 from testing import FakeClock
 from tests.crashflows import until
 

@@ -12,7 +12,7 @@ from openapi_spec_validator import validate
 from starlette.routing import Route as StarletteRoute
 
 from sdk import Client, EventType, Reason, RunStatus
-from sdk._types import CheckpointKind
+from sdk._core._types import CheckpointKind
 from sdk.http import ErrorCode, create_app
 from sdk.http._openapi import document
 from sdk.http._routes import routes

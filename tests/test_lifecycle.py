@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from sdk import RunStatus, Worker, flow, sleep, step, wait_for
-from sdk._lifecycle import TRANSITIONS, check_transition
+from sdk._core._lifecycle import TRANSITIONS, check_transition
 from sdk.errors import InvalidTransition, RunCanceled, RunFailed
 from stores._keys import SUFFIX
 from stores.redis import RedisStore

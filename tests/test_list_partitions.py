@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from stores.protocol import RunStatus
+from sdk.store import RunStatus
 from stores.redis import RedisStore
 from testing.conformance._support import OWNER, T0, TTL, new_run
 from tests.conftest import memory_store

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from sdk import emit, flow, step, wait_for
-from sdk._outbox import channel
 from sdk.errors import RunFailed
+from sdk.model._decorators import channel
 from stores.redis import RedisStore
 from testing import FlowTestEnv
 

@@ -26,8 +26,8 @@ import pytest_asyncio
 from sdk import Client, Worker, flow
 from sdk.errors import CorruptRecord
 from sdk.http import create_app
+from sdk.store import CorruptData, PartitionsMismatch
 from stores import open_store
-from stores.protocol import CorruptData, PartitionsMismatch
 from stores.redis import RedisStore
 from tests.conftest import need_real_redis
 from tests.crashflows import until

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from sdk import current_run, flow, sleep, step, wait_for
-from sdk._journal import Kind, Record, State
+from sdk._core._journal import Kind, Record, State
 from stores.redis import RedisStore
 from testing import FakeClock, FlowTestEnv
 

@@ -35,8 +35,7 @@ from sdk import (
     uuid4,
     wait_for,
 )
-from sdk._registry import Registry, flow_def_of
-from sdk._types import RunOptions, Versions
+from sdk._core._types import RunOptions, Versions
 from sdk.errors import (
     Forbidden,
     IdempotencyConflict,
@@ -46,6 +45,7 @@ from sdk.errors import (
     RunNotFound,
     WaitTimeout,
 )
+from sdk.model._registry import Registry, flow_def_of
 from stores._keys import RUN_SUFFIXES, SUFFIX
 from stores.redis import RedisStore
 from testing import FlowTestEnv
@@ -1110,8 +1110,8 @@ async def test_status_of_a_replay_is_the_same_through_every_python_api() -> None
 
 def test_the_request_hash_fast_paths_agree_with_the_general_one() -> None:
     from sdk import Serializer
-    from sdk._hashing import canonical as _canonical
-    from sdk._step import StepSpec
+    from sdk._core._hashing import canonical as _canonical
+    from sdk.model._stepspec import StepSpec
 
     async def charge(amount: int, currency: str = "EUR", note: object = None) -> str:
         return ""
@@ -1142,8 +1142,8 @@ def test_the_positional_scalar_hash_writes_the_canonical_text_of_every_scalar() 
     import enum
 
     from sdk import Serializer
-    from sdk._hashing import canonical as _canonical
-    from sdk._step import StepSpec
+    from sdk._core._hashing import canonical as _canonical
+    from sdk.model._stepspec import StepSpec
 
     class Level(enum.IntEnum):
         HIGH = 1

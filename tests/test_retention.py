@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from sdk import Client, Decision, RunRecord, RunStatus, flow, step, wait_for
-from sdk._flowdef import RESULT_GRACE
 from sdk.errors import Forbidden, InvalidTransition, RunFailed, RunNotFound
+from sdk.model._flowdef import RESULT_GRACE
 from stores._keys import RUN_SUFFIXES, SHARED_SUFFIXES, SUFFIX
 from stores.redis import RedisStore
 from testing import FlowTestEnv

@@ -1,4 +1,4 @@
-"""A step's write stays on the wire while the flow goes on (`sdk._writes.Writes.send`),
+"""A step's write stays on the wire while the flow goes on (`sdk.engine._writes.Writes.send`),
 and nothing that has an effect happens before it is back.
 
 In process: a store holds one step's write until the test lets it through, and
@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 from sdk import Client, RunStatus, Worker, flow, step
-from sdk._activation import Activation
-from sdk._eager import Started
-from sdk._step import StepSpec
+from sdk.engine._activation import Activation
+from sdk.engine._eager import Started
 from sdk.errors import RunCanceled
+from sdk.model._stepspec import StepSpec
 from stores.redis import RedisStore
 from tests.crashflows import until
 

@@ -32,8 +32,8 @@ from sdk import (
     step,
     wait_for,
 )
-from sdk._runs import run_record
-from sdk._waiting import current
+from sdk._core._waiting import current
+from sdk.client._runs import run_record
 from sdk.errors import InvalidTransition
 from stores.redis import RedisStore
 from testing import FakeClock, FlowTestEnv

@@ -1,5 +1,5 @@
 """Schedules across DST nights (Europe/Paris): what happens to the skipped and the
-repeated hour. See `sdk._schedules` (cronsim follows Debian cron)."""
+repeated hour. See `sdk.model._schedules` (cronsim follows Debian cron)."""
 
 from __future__ import annotations
 

@@ -10,8 +10,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from sdk import Registry, Worker, current_run, flow, start_child, step
-from sdk._ticker import Ticker
-from stores.protocol import ScheduleFire, TickKind
+from sdk.store import ScheduleFire, TickKind
+from sdk.worker._ticker import Ticker
 from stores.redis import RedisStore
 from testing import FakeClock, FlowTestEnv
 

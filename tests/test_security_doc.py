@@ -14,8 +14,8 @@ import redis.asyncio as aioredis
 import redis.exceptions
 
 from sdk import Client, Intent, RunStatus, Worker, channel, emit, flow, sleep, step, wait_for
+from sdk.store import PartitionsMismatch
 from stores import open_store
-from stores.protocol import PartitionsMismatch
 from stores.redis import RedisStore
 from testing import FakeClock, FlowTestEnv
 from tests.conftest import PrivateRedis

@@ -16,8 +16,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sdk import Serializer, flow, step
-from sdk._journal import Journal, Kind, Record, State
-from sdk._serde import (
+from sdk._core._journal import Journal, Kind, Record, State
+from sdk._core._serde import (
     FORMAT_VERSION,
     acyclic_encoder,
     dumps,

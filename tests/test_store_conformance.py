@@ -21,8 +21,8 @@ import pytest
 import pytest_asyncio
 
 from sdk.errors import RunFailed
+from sdk.store import Claim, Mailbox, Parked, RunStatus, Store, TickResult
 from stores import open_store
-from stores.protocol import Claim, Mailbox, Parked, RunStatus, Store, TickResult
 from stores.redis import RedisStore
 from testing.conformance import StoreConformance
 from tests.conftest import need_real_redis, redis_store

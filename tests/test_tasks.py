@@ -1,4 +1,4 @@
-"""`stores._tasks.cancel_and_wait`: a looping task ends even when a cancellation is lost.
+"""`sdk._core._tasks.cancel_and_wait`: a looping task ends even when a cancellation is lost.
 
 Python 3.11 can lose a cancellation that lands as an awaited call completes
 (`asyncio.wait_for` inside redis-py and fakeredis); the stand-in here is a
@@ -13,8 +13,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from sdk._follow import END, read_ahead
-from stores._tasks import cancel_and_wait
+from sdk._core._tasks import cancel_and_wait
+from sdk.client._follow import END, read_ahead
 
 
 def stubborn(lost: int) -> tuple[asyncio.Task[None], list[int]]:

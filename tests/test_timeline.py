@@ -8,7 +8,7 @@ import re
 from datetime import UTC, datetime
 
 from sdk import flow, sleep, step, wait_for
-from sdk._timeline import timeline
+from sdk.client._timeline import timeline
 from stores.redis import RedisStore
 from testing import FakeClock, FlowTestEnv
 from tests.test_console import console

@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from sdk import RetryPolicy, flow, sleep, step
-from sdk._serde import MAX_TRACEBACK, encode_exception, rebuild_exception, traceback_text
+from sdk._core._serde import MAX_TRACEBACK, encode_exception, rebuild_exception, traceback_text
 from sdk.errors import RunFailed
 from stores.redis import RedisStore
 from testing import FlowTestEnv

@@ -14,7 +14,6 @@ import pytest
 import pytest_asyncio
 
 from sdk import Registry, RunStatus, current_run, flow, step, wait_for
-from sdk._registry import flow_def_of
 from sdk.errors import (
     Forbidden,
     InvalidArgument,
@@ -23,7 +22,8 @@ from sdk.errors import (
     RunFailed,
 )
 from sdk.errors import NonDeterminismError as NonDeterminism
-from stores.protocol import Store
+from sdk.model._registry import flow_def_of
+from sdk.store import Store
 from testing import FakeClock, FlowTestEnv
 
 NAME = "tests.version_routing.greet"

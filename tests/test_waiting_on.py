@@ -21,7 +21,7 @@ from sdk import (
     wait_for,
     wait_for_event,
 )
-from sdk._types import MAX_WAITING_ON
+from sdk._core._types import MAX_WAITING_ON
 from sdk.errors import InvalidArgument
 from stores.redis import RedisStore
 from testing import FakeClock, FlowTestEnv

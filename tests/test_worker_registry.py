@@ -18,9 +18,9 @@ from collections.abc import AsyncIterator
 import pytest
 import pytest_asyncio
 
-import sdk._clientbase
+import sdk.client._clientbase
 from sdk import Client, Worker, WorkerInfo, flow
-from sdk._registry import Registry
+from sdk.model._registry import Registry
 from stores.redis import RedisStore
 from tests.crashflows import Workers, one_step, until
 
@@ -142,7 +142,7 @@ async def test_a_worker_on_other_queues_does_not_count_and_one_on_its_queue_runs
 async def test_result_warns_once_when_a_run_stays_pending_with_nobody_to_serve_it(
     store: RedisStore, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sdk._clientbase, "PENDING_HINT_AFTER", 0.0)
+    monkeypatch.setattr(sdk.client._clientbase, "PENDING_HINT_AFTER", 0.0)
     client = Client(store, registry=registry)
     handle = await client.start(greet, "ada")
 

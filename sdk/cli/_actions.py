@@ -10,13 +10,13 @@ from typing import Any
 
 import click
 
-from sdk._client import Authorizer, Client
-from sdk._treecopy import CHILDREN
-from sdk._types import RunStatus
+from sdk._core._types import RunStatus
 from sdk.cli._client import privileged, run_client
 from sdk.cli._options import CONTEXT_SETTINGS, EXIT_CODES, StoreOptions, store_options
 from sdk.cli._render import echo_json
 from sdk.cli._worker import import_flow_modules
+from sdk.client._client import Authorizer, Client
+from sdk.client._treecopy import CHILDREN
 
 __all__ = ["COMMANDS"]
 

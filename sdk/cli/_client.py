@@ -27,8 +27,8 @@ import click
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from sdk._client import Authorizer, Client
 from sdk.cli._options import ExitCode, StoreOptions
+from sdk.client._client import Authorizer, Client
 from sdk.errors import (
     CorruptRecord,
     FlowNotFound,
@@ -43,7 +43,7 @@ from sdk.errors import (
     SerializationError,
     SteadyflowError,
 )
-from stores.protocol import PartitionsMismatch, Store
+from sdk.store import PartitionsMismatch, Store
 
 __all__ = ["ACTOR_VARIABLE", "AUTHORIZER_VARIABLE", "fail", "privileged", "run_client"]
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import click
 
-from sdk._jsonshapes import shapes
 from sdk.cli._client import run_client
 from sdk.cli._options import CONTEXT_SETTINGS, EXIT_CODES, StoreOptions, store_options
 from sdk.cli._render import duration, echo_json, table, when
 from sdk.cli._worker import import_flow_modules
+from sdk.client._jsonshapes import shapes
 
 __all__ = ["COMMANDS"]
 

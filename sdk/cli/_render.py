@@ -1,6 +1,6 @@
 """Output of the operator commands: JSON (``--json``) and rich tables and trees.
 
-JSON goes to stdout as the shapes of `sdk._jsonshapes` (one document, or one
+JSON goes to stdout as the shapes of `sdk.client._jsonshapes` (one document, or one
 object per line for a live feed). Tables and trees are for people: their
 layout may change between releases; scripts read ``--json``.
 """
@@ -20,7 +20,7 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from sdk._timeline import TimelineEntry
+from sdk.client._timeline import TimelineEntry
 
 __all__ = [
     "compact", "console", "duration", "echo_json", "fields", "status", "table", "timeline_tree",

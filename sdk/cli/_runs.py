@@ -9,13 +9,8 @@ from typing import Any
 import click
 from rich.text import Text
 
-from sdk._client import Client
-from sdk._follow import follow_run
-from sdk._jsonshapes import run_page_shape, shape, shapes, timeline_shape
-from sdk._runpages import RunFilter, RunPage, page_runs
-from sdk._timeline import run_duration, timeline
-from sdk._types import RunRecord, RunStatus, WaitKind
-from sdk._waiting import current, from_data, key_label, summary
+from sdk._core._types import RunRecord, RunStatus, WaitKind
+from sdk._core._waiting import current, from_data, key_label, summary
 from sdk.cli._client import run_client
 from sdk.cli._options import CONTEXT_SETTINGS, EXIT_CODES, StoreOptions, store_options
 from sdk.cli._render import (
@@ -28,6 +23,11 @@ from sdk.cli._render import (
     timeline_tree,
     when,
 )
+from sdk.client._client import Client
+from sdk.client._follow import follow_run
+from sdk.client._jsonshapes import run_page_shape, shape, shapes, timeline_shape
+from sdk.client._runpages import RunFilter, RunPage, page_runs
+from sdk.client._timeline import run_duration, timeline
 
 __all__ = ["runs"]
 

@@ -8,14 +8,14 @@ from typing import Any
 
 import click
 
-from sdk._client import Client
-from sdk._jsonshapes import shape, shapes
-from sdk._schedules import ScheduleInfo
 from sdk.cli._actions import JsonValue
 from sdk.cli._client import run_client
 from sdk.cli._options import CONTEXT_SETTINGS, EXIT_CODES, StoreOptions, store_options
 from sdk.cli._render import echo_json, fields, table, when
+from sdk.client._client import Client
+from sdk.client._jsonshapes import shape, shapes
 from sdk.errors import ScheduleNotFound
+from sdk.model._schedules import ScheduleInfo
 
 __all__ = ["schedules"]
 

@@ -113,7 +113,7 @@ async def _serve(
     """Run uvicorn until SIGTERM or SIGINT, then close the store."""
     import uvicorn
 
-    from sdk._client import Client
+    from sdk.client._client import Client
     from sdk.http import create_app
 
     store = options.open()  # in this loop: a redis-py client belongs to the loop that made it

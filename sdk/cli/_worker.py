@@ -17,11 +17,11 @@ from collections.abc import Sequence
 
 import click
 
-from sdk._intercept import Interceptor
-from sdk._worker import Worker
 from sdk.cli._options import CONTEXT_SETTINGS, EXIT_CODES, StoreOptions, store_options
 from sdk.errors import InvalidArgument
-from stores.protocol import PartitionsMismatch
+from sdk.model._intercept import Interceptor
+from sdk.store import PartitionsMismatch
+from sdk.worker._worker import Worker
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 

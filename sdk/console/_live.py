@@ -16,7 +16,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from sdk._follow import END, follow_run, read_ahead
+from sdk.client._follow import END, follow_run, read_ahead
 from sdk.console._state import Console
 from sdk.errors import RunNotFound, SteadyflowError
 

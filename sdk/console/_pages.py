@@ -9,9 +9,9 @@ from datetime import UTC, datetime
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from sdk._runpages import RunFilter, cursor_after, page_runs
-from sdk._timeline import run_duration
-from sdk._types import RunRecord, RunStatus, WaitKind
+from sdk._core._types import RunRecord, RunStatus, WaitKind
+from sdk.client._runpages import RunFilter, cursor_after, page_runs
+from sdk.client._timeline import run_duration
 from sdk.console._auth import COOKIE, actor_of, csrf_ok, form_of, safe_next, ui_of
 from sdk.console._render import page
 from sdk.console._state import Console

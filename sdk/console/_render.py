@@ -18,8 +18,8 @@ from markupsafe import Markup, escape
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
-from sdk._timeline import TimelineEntry
-from sdk._waiting import groups, key_label, summary
+from sdk._core._waiting import groups, key_label, summary
+from sdk.client._timeline import TimelineEntry
 from sdk.console._auth import ui_of
 
 __all__ = ["GanttRow", "gantt", "page", "pretty"]
@@ -91,7 +91,7 @@ def short(value: datetime | float | str | None) -> str:
 
 
 def waiting_summary(entries: Any) -> str:
-    """What a waiting run waits on, in a few words (`sdk._waiting.summary`)."""
+    """What a waiting run waits on, in a few words (`sdk._core._waiting.summary`)."""
     return summary(tuple(entries or ()))
 
 

@@ -1,7 +1,7 @@
 """A run's page: record, lineage, timeline, steps, waits, checkpoints, event log.
 
 One `Client.export` gives the journal, the event log and the checkpoints in
-one read; the timeline is built from it (`sdk._timeline`) and drawn as
+one read; the timeline is built from it (`sdk.client._timeline`) and drawn as
 Gantt bars. Long lists are cut (`ROWS`) with a link that shows all of them.
 """
 
@@ -13,11 +13,11 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from sdk._jsonshapes import shape
-from sdk._runs import utc
-from sdk._timeline import TimelineEntry, entries, run_duration, run_entry, start_of
-from sdk._types import RunStatus
-from sdk._waiting import current
+from sdk._core._types import RunStatus
+from sdk._core._waiting import current
+from sdk.client._jsonshapes import shape
+from sdk.client._runs import utc
+from sdk.client._timeline import TimelineEntry, entries, run_duration, run_entry, start_of
 from sdk.console._render import gantt, page
 from sdk.console._state import Console
 from sdk.errors import RunNotFound, SteadyflowError

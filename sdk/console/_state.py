@@ -10,7 +10,7 @@ import attrs
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from sdk._client import Client
+from sdk.client._client import Client
 from sdk.console._auth import Session, actor_of, signin_url
 from sdk.http._routing import Settings
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from starlette.responses import Response
 
-from sdk._jsonshapes import shape, shapes
+from sdk.client._jsonshapes import shape, shapes
 from sdk.http._routing import Call
 from sdk.http._runs import json_answer, location
 

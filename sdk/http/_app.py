@@ -9,8 +9,8 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute
 from starlette.routing import Route as StarletteRoute
 
-from sdk._checks import check_seconds
-from sdk._client import Client
+from sdk._core._checks import check_seconds
+from sdk.client._client import Client
 from sdk.errors import InvalidArgument
 from sdk.http._auth import TOKENS_VARIABLE, Authenticate, BearerTokens
 from sdk.http._problems import ApiError, ErrorCode, problem_response

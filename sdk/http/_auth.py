@@ -16,7 +16,7 @@ from pathlib import Path
 
 from starlette.requests import Request
 
-from sdk._checks import check_id
+from sdk._core._checks import check_id
 from sdk.errors import InvalidArgument
 
 __all__ = ["TOKENS_VARIABLE", "Authenticate", "BearerTokens", "is_loopback"]

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from sdk._checks import MAX_ID, MAX_TEXT, PRIORITY_RANGE
-from sdk._treecopy import CHILDREN
-from sdk._types import RunStatus, WaitKind
+from sdk._core._checks import MAX_ID, MAX_TEXT, PRIORITY_RANGE
+from sdk._core._types import RunStatus, WaitKind
+from sdk.client._treecopy import CHILDREN
 from sdk.http import _actions as act
 from sdk.http import _runs as runs
 from sdk.http._problems import ErrorCode as E

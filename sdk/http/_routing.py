@@ -20,8 +20,8 @@ import attrs
 from starlette.requests import Request
 from starlette.responses import Response
 
-from sdk._checks import check_id
-from sdk._client import Client
+from sdk._core._checks import check_id
+from sdk.client._client import Client
 from sdk.http._auth import Authenticate, is_loopback
 from sdk.http._problems import ApiError, ErrorCode, problem_of, problem_response
 from sdk.http._schema import check, parse_json

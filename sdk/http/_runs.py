@@ -9,17 +9,17 @@ from urllib.parse import quote
 
 from starlette.responses import Response
 
-from sdk._flowdef import RESERVED_OPTIONS
-from sdk._jsonshapes import run_page_shape, shape, shapes, timeline_shape
-from sdk._runpages import RunFilter, page_runs
-from sdk._serde import dumps
-from sdk._timeline import timeline
-from sdk._types import RunOptions, RunStatus
-from sdk._waiting import current
+from sdk._core._serde import dumps
+from sdk._core._types import RunOptions, RunStatus
+from sdk._core._waiting import current
+from sdk.client._jsonshapes import run_page_shape, shape, shapes, timeline_shape
+from sdk.client._runpages import RunFilter, page_runs
+from sdk.client._timeline import timeline
 from sdk.errors import FlowNotFound, InvalidArgument
 from sdk.http._problems import ApiError, ErrorCode
 from sdk.http._routing import Call
 from sdk.http._sse import event_stream, wants_stream
+from sdk.model._flowdef import RESERVED_OPTIONS
 
 __all__ = [
     "delete_run",

@@ -1,6 +1,6 @@
 """JSON Schemas of the records the API answers with, derived from the records.
 
-The answers themselves are `sdk._jsonshapes.shape` of each record (the same
+The answers themselves are `sdk.client._jsonshapes.shape` of each record (the same
 JSON as ``steadyflow ... --json``): every attrs field by name, datetimes as
 ISO 8601 strings, durations as seconds, enums as their values. The schemas
 here are read off the same attrs fields and their annotations, so a field
@@ -17,10 +17,7 @@ from typing import Any
 
 import attrs
 
-from sdk._queues import QueueInfo
-from sdk._schedules import ScheduleInfo
-from sdk._timeline import TimelineEntry
-from sdk._types import (
+from sdk._core._types import (
     Checkpoint,
     CheckpointKind,
     ErrorInfo,
@@ -33,7 +30,10 @@ from sdk._types import (
     WaitKind,
     WorkerInfo,
 )
+from sdk.client._timeline import TimelineEntry
 from sdk.http._problems import ErrorCode
+from sdk.model._queues import QueueInfo
+from sdk.model._schedules import ScheduleInfo
 
 __all__ = ["ENUMS", "RECORDS", "components", "ref"]
 

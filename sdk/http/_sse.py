@@ -1,6 +1,6 @@
 """A run's events as Server-Sent Events: the log from a cursor, then live.
 
-`sdk._follow.follow_run` does the reading (subscribe to the live feed, read
+`sdk.client._follow.follow_run` does the reading (subscribe to the live feed, read
 the log, block on the feed for news: no polling loop); this module frames
 its events for the wire. A reader task feeds a small queue, so the stream
 can send a keep-alive comment while the run is quiet (proxies close idle
@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
-from sdk._follow import END, follow_run, read_ahead
-from sdk._jsonshapes import shape
-from sdk._serde import dumps
-from sdk._types import Event
+from sdk._core._serde import dumps
+from sdk._core._types import Event
+from sdk.client._follow import END, follow_run, read_ahead
+from sdk.client._jsonshapes import shape
 from sdk.http._problems import problem_body, problem_of
 
 if TYPE_CHECKING:

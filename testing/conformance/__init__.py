@@ -1,4 +1,4 @@
-"""The store conformance kit: the checks every `stores.protocol.Store` must pass.
+"""The store conformance kit: the checks every `sdk.store.Store` must pass.
 
 Steadyflow's own stores pass these checks (the project runs them on
 ``memory://`` and on a real Redis); a store of yours can run the same. Subclass

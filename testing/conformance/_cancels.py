@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from sdk._journal import Kind, Record, State
-from stores.protocol import Parked, RunStatus, Store
+from sdk._core._journal import Kind, Record, State
+from sdk.store import Parked, RunStatus, Store
 from testing.conformance._support import (
     GO,
     T0,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from stores.protocol import Mailbox, RunStatus, Store
+from sdk.store import Mailbox, RunStatus, Store
 from testing.conformance._support import (
     GO,
     OK_BOX,

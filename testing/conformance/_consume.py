@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from sdk._journal import Record
-from stores.protocol import Consumed, Mailbox, RunStatus, Store
+from sdk._core._journal import Record
+from sdk.store import Consumed, Mailbox, RunStatus, Store
 from testing.conformance._support import (
     GO,
     OWNER,

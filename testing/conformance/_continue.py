@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stores.protocol import Consumed, EventDelivered, Refusal, Refused, RunStatus, Store
+from sdk.store import Consumed, EventDelivered, Refusal, Refused, RunStatus, Store
 from testing.conformance._events import WATCH, deliver, listen
 from testing.conformance._support import (
     COMPLETED,

@@ -7,7 +7,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any, cast
 
-from stores.protocol import Store
+from sdk.store import Store
 
 __all__ = ["CountingStore"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from stores.protocol import EventType, Mailbox, Parked, Refusal, Refused, RunStatus, Store
+from sdk.store import EventType, Mailbox, Parked, Refusal, Refused, RunStatus, Store
 from testing.conformance._support import (
     OK_BOX,
     T0,

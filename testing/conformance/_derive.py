@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from stores.protocol import (
+from sdk.store import (
     CheckpointKind,
     EventType,
     Mailbox,

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from sdk import Client, Registry, RunStatus, flow, step, wait_for
-from stores.protocol import Store
+from sdk.store import Store
 from testing._env import FlowTestEnv
 from testing.conformance._counting import CountingStore
 from testing.conformance._support import async_checks, drain, start_and_claim

@@ -3,7 +3,7 @@ index until it takes an event or times out; deliveries are per run and deduplica
 
 from __future__ import annotations
 
-from stores.protocol import Consumed, EventDelivered, EventWatch, Mailbox, RunStatus, Store
+from sdk.store import Consumed, EventDelivered, EventWatch, Mailbox, RunStatus, Store
 from testing.conformance._support import (
     T0,
     async_checks,

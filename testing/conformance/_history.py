@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stores.protocol import RunStatus, Store, StoredEvent
+from sdk.store import RunStatus, Store, StoredEvent
 from testing.conformance._support import (
     GO,
     OWNER,

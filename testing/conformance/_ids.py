@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from stores.protocol import Consumed, Mailbox, Parked, RunStatus, Store
+from sdk.store import Consumed, Mailbox, Parked, RunStatus, Store
 from testing.conformance._support import (
     GO,
     OWNER,

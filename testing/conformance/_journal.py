@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from stores.protocol import (
+from sdk.store import (
     CheckpointKind,
     EventType,
     RunStatus,

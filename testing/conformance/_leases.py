@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stores.protocol import Claim, Refusal, Refused, RunStatus, Store
+from sdk.store import Claim, Refusal, Refused, RunStatus, Store
 from testing.conformance._support import (
     GO,
     OWNER,

@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from sdk._journal import Kind, Record, State
-from stores.protocol import (
+from sdk._core._journal import Kind, Record, State
+from sdk.store import (
     CheckpointKind,
     EventType,
     Parked,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-from stores.protocol import Delivery, IntentClaim, NewIntent, RunStatus, Store
+from sdk.store import Delivery, IntentClaim, NewIntent, RunStatus, Store
 from testing.conformance._support import (
     T0,
     TRICKY,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stores.protocol import RunStatus, Store
+from sdk.store import RunStatus, Store
 from testing.conformance._support import (
     OWNER,
     T0,

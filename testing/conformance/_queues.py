@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stores.protocol import Mailbox, QueueLimits, RunStatus, Store
+from sdk.store import Mailbox, QueueLimits, RunStatus, Store
 from testing.conformance._support import (
     OWNER,
     RECOVERY_ERROR,

@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from stores.protocol import EventType, Mailbox, Parked, Refusal, Refused, RunStatus, Store
+from sdk.store import EventType, Mailbox, Parked, Refusal, Refused, RunStatus, Store
 from testing.conformance._support import (
     GO,
     OWNER,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from stores.protocol import RunStatus, StartOutcome, Store, StoredRun
+from sdk.store import RunStatus, StartOutcome, Store, StoredRun
 from testing.conformance._support import (
     OK_BOX,
     OWNER,

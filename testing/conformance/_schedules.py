@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stores.protocol import (
+from sdk.store import (
     NewSchedule,
     RunStatus,
     ScheduleFire,

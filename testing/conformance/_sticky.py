@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from stores.protocol import Claim, Parked, RunStatus, Store
+from sdk.store import Claim, Parked, RunStatus, Store
 from testing.conformance._support import (
     GO,
     OWNER,

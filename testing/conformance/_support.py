@@ -1,6 +1,6 @@
 """What the checks share: fixed times, record builders, and reads through the protocol.
 
-Everything here talks to a store only through `stores.protocol.Store`; a check
+Everything here talks to a store only through `sdk.store.Store`; a check
 that needs to see what a store holds reads it back with the protocol's own
 reads (`get_run`, `read_lineage`, `events`, `checkpoints`, `intents`, ...).
 """
@@ -17,8 +17,8 @@ from typing import Any, TypeVar
 import attrs
 import pytest
 
-from sdk._journal import Kind, Record, State
-from stores.protocol import (
+from sdk._core._journal import Kind, Record, State
+from sdk.store import (
     CheckpointKind,
     Claim,
     Consumed,

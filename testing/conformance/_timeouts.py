@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from stores.protocol import Mailbox, Parked, Refusal, Refused, RunStatus, Store
+from sdk.store import Mailbox, Parked, Refusal, Refused, RunStatus, Store
 from testing.conformance._support import (
     GO,
     OWNER,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from stores.protocol import Mailbox, Parked, Refusal, Refused, RunStatus, Store
+from sdk.store import Mailbox, Parked, Refusal, Refused, RunStatus, Store
 from testing.conformance._support import (
     GO,
     OK_BOX,

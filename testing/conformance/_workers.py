@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stores.protocol import Store, WorkerBeat
+from sdk.store import Store, WorkerBeat
 from testing.conformance._support import T0, TTL, async_checks
 
 

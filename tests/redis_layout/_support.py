@@ -11,9 +11,9 @@ from typing import Any, cast
 
 import pytest
 
+from sdk.store import RunStatus
 from stores._fakeconn import Fields
 from stores._keys import SUFFIX
-from stores.protocol import RunStatus
 from stores.redis import RedisStore
 from testing.conformance._support import (
     COMPLETED,

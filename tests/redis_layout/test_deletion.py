@@ -11,8 +11,8 @@ import json
 
 import pytest
 
+from sdk.store import Delivery, EventType, Mailbox, NewIntent, RunStatus
 from stores._keys import SUFFIX
-from stores.protocol import Delivery, EventType, Mailbox, NewIntent, RunStatus
 from stores.redis import RedisStore
 from tests.redis_layout._support import (
     GO,

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
+from sdk.store import EventType, StepEvent
 from stores._codec import splice_prefix
 from stores._keys import SUFFIX
-from stores.protocol import EventType, StepEvent
 from stores.redis import RedisStore
 from tests.redis_layout._support import (
     COMPLETED,

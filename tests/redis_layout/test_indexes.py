@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from stores.protocol import EventType, Parked, RunStatus
+from sdk.store import EventType, Parked, RunStatus
 from stores.redis import RedisStore
 from tests.redis_layout._support import (
     OK_BOX,

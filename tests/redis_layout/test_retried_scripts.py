@@ -7,7 +7,7 @@ checks that); the rest is this store's own promise.
 
 from __future__ import annotations
 
-from stores.protocol import NewIntent
+from sdk.store import NewIntent
 from stores.redis import RedisStore
 from tests.redis_layout._support import (
     GO,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from stores.protocol import NewIntent, RunStatus
+from sdk.store import NewIntent, RunStatus
 from stores.redis import RedisStore
 from tests.redis_layout._support import (
     COMPLETED,

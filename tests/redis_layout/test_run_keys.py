@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from sdk.store import Consumed, EventType, Mailbox, RunStatus
 from stores._keys import SUFFIX
-from stores.protocol import Consumed, EventType, Mailbox, RunStatus
 from stores.redis import RedisStore
 from testing.conformance._ids import ODD_IDS
 from tests.redis_layout._support import (

@@ -1,0 +1,581 @@
+"""One activation: a worker executing a run's flow against its journal, a round at a time.
+
+The flow's code runs on its own deterministic loop (`sdk.engine._aio.FlowLoop`).
+The activation runs it until every task of the flow is blocked (a *round*),
+then works out what comes next and delivers it in the next round:
+
+- **Replay.** The journal says in which round each recorded outcome was
+  delivered; they are delivered in those rounds again (`sdk.engine._cursor`), so
+  concurrent code (``gather``, ``asyncio.wait``, timeouts) takes the same path.
+- **Live.** Calls the journal has no outcome for start at the *live frontier*:
+  a step's body runs on the worker's loop (`sdk.engine._steprun`) and its outcome is
+  written with one fenced write. Writes that are in flight together form a
+  *batch*; its number is written into each record, and the batch is
+  delivered as one round once all of its writes are back. A step run on its
+  own is delivered as soon as its write is sent: the flow runs on to its next
+  calls meanwhile, and nothing with an effect happens before the write is
+  back (`sdk.engine._ahead`).
+- **Waits** complete one at a time, and only while the flow still waits for
+  them (`sdk.engine._waits`); with nothing else to do, the run parks (`sdk.engine._ending`).
+- **Cancel.** A cancel request (`Client.cancel` with a grace period) is given to
+  the flow once, at the live frontier: step executions in flight are cut off
+  (nothing of them is recorded), a ``~cancel`` record is written for the round it
+  is given in, and the flow's main task is cancelled, so ``asyncio.CancelledError``
+  reaches the await it is parked on. A replay gives it in that round again
+  (`sdk.engine._cursor`). The run then ends ``canceled`` however the flow ends
+  (`sdk.engine._ending`).
+- **Discard.** Whenever the activation ends (parked, finished, crashed, lease
+  lost), the flow's remaining tasks are unwound with `_Evicted` (`sdk.engine._calls`), a
+  `BaseException`: ``finally`` blocks and ``__aexit__`` run, but every call
+  they make to a step, a wait or a timer raises `_Evicted` at once, so the
+  unwinding runs no step and writes nothing. They run for real when a later
+  activation reaches them.
+- **Keep.** With the worker's sticky cache on (`sdk.engine._sticky`), a parked
+  activation is kept as it is instead, and `proceed` continues it from its live
+  frontier when its run is claimed again with its journal unchanged. It is
+  discarded as above when the cache drops it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import logging
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any
+
+from sdk._core._journal import Journal, Kind, Record, State
+from sdk._core._retry import RetryPolicy
+from sdk._core._types import Reason
+from sdk.engine import _children, _ending, _steprun, _waits
+from sdk.engine._ahead import Ahead
+from sdk.engine._aio import FlowLoop, FlowTask, interested
+from sdk.engine._calls import FlowCalls, evicted
+from sdk.engine._cancelling import Cancelling
+from sdk.engine._children import ChildOp
+from sdk.engine._cursor import ReplayCursor
+from sdk.engine._engine import Engine
+from sdk.engine._observing import Observing
+from sdk.engine._ops import (
+    EventWaitOp,
+    Op,
+    Outcome,
+    SleepOp,
+    StepOp,
+    TimerOp,
+    ValueOp,
+    WaitOp,
+)
+from sdk.engine._writes import Stop, Writes
+from sdk.errors import LeaseLost, NotInStepError
+from sdk.model._intercept import Abandon, ActivationInfo, ActivationOutcome, ActivationReason
+from sdk.runtime._runtime import RunInfo, Runtime, run_var
+from sdk.store import Mailbox, StoredRun
+
+if TYPE_CHECKING:
+    from sdk.client._client import Client
+    from sdk.model._flowdef import FlowDef
+
+__all__ = ["Activation"]
+
+log = logging.getLogger("steadyflow.worker")
+
+
+class Activation(Cancelling, Observing, Ahead, FlowCalls, Runtime):
+    """Executes one claimed run until it parks, ends, or stops."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        stored: StoredRun,
+        journal: Journal,
+        flow: FlowDef,
+        mail: frozenset[Mailbox] | None = None,
+        lineage: dict[str, str] | None = None,
+        *,
+        claimed_at: float | None = None,
+    ) -> None:
+        self.engine = engine
+        self.store = engine.store
+        self.clock = engine.clock
+        self.serializer = engine.serializer
+        self.registry = engine.registry
+        self.stored = stored
+        self.run_id = stored.run_id
+        self.fence = stored.fence
+        self.journal = journal
+        self.flow = flow
+        self._info = RunInfo(
+            run_id=stored.run_id, flow=flow.name, flow_version=stored.flow_version,
+            tenant_id=stored.tenant_id, trace_id=stored.trace_id or stored.run_id,
+            tree_root_run_id=stored.tree_root_run_id or stored.run_id,
+        )  # fmt: skip
+        self.log = log
+        self.cursor = ReplayCursor(self.run_id, flow.name, journal, stored.flow_version)
+        # Mailboxes that held signals at claim time (None: unknown). A wait on
+        # another one parks without a consume; the park script re-checks them all.
+        self.mail = set(mail) if mail is not None else None
+        self._lineage_raw = lineage or {}  # a replay's or fork's reusable results
+        self.has_lineage = bool(self._lineage_raw)
+        self.key_root = stored.root_run_id or self.run_id
+        if stored.generation:  # idempotency keys differ between generations
+            self.key_root += f"~g{stored.generation}"
+        self.continuing: str | None = None  # the next generation's arguments (JSON)
+        self.claimed_at = claimed_at  # the claiming poll's time (what a first claim records)
+        self.ended: ActivationOutcome | None = None  # how it ended (sdk.engine._ending sets it)
+        self.retry_override = RetryPolicy.from_json(stored.retry) if stored.retry else None
+        self.discarding = False
+        self.abandoned = False
+        self.parking = False
+        self.kept = False  # parked with the sticky cache on: kept, not unwound (`_close`)
+        # The last round a recorded outcome was delivered in: where a replay of the
+        # journal would stand at the live frontier (what `proceed` starts from).
+        self.last_round = journal.max_round
+        self.store_error: Exception | None = None
+        self.lost: LeaseLost | None = None
+        self.waiting: dict[int, Op] = {}  # live calls waiting for a signal or a time
+        self.resolving: Op | None = None  # the one wait being completed
+        self._queued: list[Coroutine[Any, Any, None]] = []  # work to launch (see _launch)
+        self.running: set[asyncio.Task[None]] = set()  # work running on the worker's loop
+        self.writes = Writes(self)
+        self._kick_fut: asyncio.Future[None] | None = None
+        # A cancel request not given to the flow yet: its reason (from the claim, or
+        # from the heartbeat: `request_cancel`). Given: the journal's ~cancel record.
+        self.cancel_reason = stored.cancel_reason
+        if self.cursor.cancel is not None:
+            self.cancel_reason = self.cursor.cancel_reason
+        self.cancel_given = False
+        self.cut: set[asyncio.Task[Any]] = set()  # work cut off to give the cancel
+        self._task: asyncio.Task[Any] | None = None  # the task that runs `execute`
+        self._ctx = contextvars.copy_context()
+        self._ctx.run(run_var.set, self)
+        # AbstractEventLoop is no ABC at run time; mypy sees the I/O methods that
+        # FlowLoop refuses (set in a loop at import) as missing.
+        self.loop = FlowLoop(self)  # type: ignore[abstract]
+        self.main: FlowTask | None = None
+
+    # -- the runtime flow code sees (`sdk.runtime.Runtime`) ---------------------------
+
+    @property
+    def info(self) -> RunInfo:
+        return self._info
+
+    @property
+    def is_replaying(self) -> bool:
+        """Re-walking recorded rounds (or unwinding a discarded flow)."""
+        return self.discarding or not self.cursor.live
+
+    def client(self) -> Client:
+        if isinstance(asyncio._get_running_loop(), FlowLoop):
+            raise NotInStepError(
+                "current_run().client is for steps: a flow body does no I/O (what it did "
+                "would not be journaled); call the client from a @step"
+            )
+        return self.engine.client()
+
+    def log_context(self, step_key: str | None) -> dict[str, str]:
+        extra: dict[str, str] = {}
+        for hook in self.engine.interceptors:
+            extra.update(hook.log_context(self.run_id, step_key))
+        return extra
+
+    def emitting(self, key: str, *, finished: bool) -> None:
+        if self.engine.interceptors:
+            self.call_hooks(key, "emit", finished)
+
+    def encode_args(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+        return self.flow.encode_args(args, kwargs, self.serializer)
+
+    @property
+    def crashed(self) -> bool:
+        return self.abandoned
+
+    @property
+    def suspending(self) -> bool:
+        return self.parking or self.discarding
+
+    # -- driving ------------------------------------------------------------------
+
+    async def execute(self) -> None:
+        """Run the flow until it parks or ends, and write that; or stop (crash, lost lease).
+
+        Runs in a task of its own: work launched inline (see `_launch`) sees the run.
+        """
+        self.main = self.loop.create_task(self._flow_main(), context=self._ctx.copy())
+        await self._activate()
+
+    async def proceed(self, stored: StoredRun, mail: frozenset[Mailbox], claimed_at: float) -> None:
+        """Continue this kept activation (`sdk.engine._sticky`) where it parked: its run was
+        claimed again (`stored`, `mail`) and its journal is as this activation left it.
+
+        Its state is made what a replay of that journal would reach at the live
+        frontier, so the flow goes on exactly as it would after a replay.
+        """
+        self.stored = stored
+        self.fence = stored.fence
+        self.mail = set(mail)
+        self.claimed_at = claimed_at
+        self.kept = self.parking = False
+        self.ended = None
+        if not self.cancel_given:
+            self.cancel_reason = stored.cancel_reason
+        # an empty consume opens a round that records nothing: a replay skips it
+        self.cursor.round = self.writes._last = self.last_round
+        for op in self.waiting.values():
+            if isinstance(op, EventWaitOp):
+                op.armed = False  # a wait_for_event listens again in each activation
+        await self._activate(proceeding=True)
+
+    async def _activate(self, proceeding: bool = False) -> None:
+        run_var.set(self)
+        self._task = asyncio.current_task()
+        info = self._activation_info(proceeding) if self.engine.interceptors else None
+        if info is not None:
+            for hook in self.engine.interceptors:
+                hook.activation_started(info)
+        try:
+            self.loop.run_ready()
+            await self._drive()
+        finally:
+            try:
+                await self._close()
+            finally:
+                if info is not None:
+                    outcome = ActivationOutcome.ABANDONED if self.abandoned else self.ended
+                    for hook in self.engine.interceptors:
+                        hook.activation_finished(info, outcome or ActivationOutcome.INTERRUPTED)
+        _ending.report(self)
+
+    def _activation_info(self, proceeding: bool) -> ActivationInfo:
+        """What interceptors are told of this activation, and why it runs."""
+        s = self.stored
+        replayed = len(self.journal.by_key)
+        if proceeding:
+            reason = ActivationReason.WAKE_UP  # a kept activation goes on (`proceed`)
+            replayed = 0  # ...with nothing to replay
+        elif s.recoveries:  # reset by every journal write: the last activation was lost
+            reason = ActivationReason.RECOVERY
+        elif s.source_run_id is not None and s.started_at == self.claimed_at:
+            reason = ActivationReason.REPLAY  # a derived run's first claim records its start
+        elif replayed or self.cursor.cancel is not None:
+            reason = ActivationReason.WAKE_UP
+        else:
+            reason = ActivationReason.START
+        return ActivationInfo(
+            s.run_id, s.flow, s.flow_version, s.tenant_id, s.trace_id or s.run_id,
+            s.schedule_id, s.parent_run_id, s.queue, reason, replayed, s.recoveries,
+            s.generation, s.created_at, self.clock.time(),
+        )  # fmt: skip
+
+    async def _flow_main(self) -> Any:
+        args, kwargs = self.flow.decode_args(self.stored.args, self.serializer)
+        return await self.flow.fn(*args, **kwargs)
+
+    async def _drive(self) -> None:
+        cursor = self.cursor
+        writes = self.writes
+        assert self.main is not None
+        while not self.abandoned:
+            if writes.pending is not None:  # a step's write still out (`_inline`): first
+                with contextlib.suppress(Stop):  # refused or failed: abandoned, the drive ends
+                    await writes.landed()
+                continue
+            if cursor.fatal is not None:
+                await self.settle()
+                err = cursor.fatal
+                await _ending.fail(self, type(err), str(err), err.called, Reason.NON_DETERMINISM)
+                return
+            if self.continuing is not None and not self.cancel_given:
+                self.ended = ActivationOutcome.CONTINUED_AS_NEW
+                await _ending.continue_as_new(self)
+                return
+            if self.main.done():
+                await _ending.conclude(self)  # sets `ended`
+                return
+            if not cursor.live:
+                recorded = cursor.next_recorded()
+                if recorded is not None:
+                    for op in recorded:
+                        rec = op.delivery
+                        assert rec is not None
+                        self._deliver(op, op.outcome(rec, self.serializer))
+                    if cursor.cancel_due:  # the round the cancel was given in
+                        cursor.cancel_due = False
+                        self._give_cancel()
+                    self.loop.run_ready()
+                    continue
+                if cursor.fatal is not None:
+                    continue
+                cursor.live = True
+            if self.cancel_pending and not self._queued:
+                # outcomes already written are delivered first, in their rounds
+                if self.writes.batches and self._deliver_batches():
+                    continue
+                if self._cancel_ready():
+                    await self._cancel_live()
+                    continue
+                if self.running or self.writes.batches or self.resolving is not None:
+                    self.cut_work()
+                    await self._wait_event()
+                    continue
+            if cursor.new:
+                self._start_new()
+                if self.abandoned:  # an interceptor's simulated crash
+                    continue
+            if writes.batches and self._deliver_batches():
+                continue
+            if self.waiting and self.resolving is None:
+                _waits.start_next(self)
+            if self._queued:
+                await self._launch()
+                continue
+            if self.running or writes.batches or self._holds():
+                await self._wait_event()
+                continue
+            await _ending.park(self)
+            self.ended = ActivationOutcome.PARKED if self.parking else ActivationOutcome.FAILED
+            return
+
+    def _start_new(self) -> None:
+        """Start the calls made so far that the journal has no outcome for."""
+        now = self.clock.time()
+        hooked = bool(self.engine.interceptors)
+        children: list[ChildOp] = []
+        for op in self.cursor.take_new():
+            if op.done or (op.fut is not None and op.fut.cancelled()):
+                continue  # canceled by the flow before it started
+            if hooked and isinstance(op, (WaitOp, SleepOp, ChildOp)):
+                try:
+                    self._call_hooks(op)
+                except Abandon:
+                    return
+            if isinstance(op, ChildOp):
+                children.append(op)  # started together: one batch (see sdk.engine._children)
+            elif isinstance(op, StepOp):
+                _steprun.start(self, op)
+            elif isinstance(op, (WaitOp, SleepOp, TimerOp)):
+                _waits.start(self, op, now)
+            elif isinstance(op, ValueOp):
+                self.spawn(self._make_value(op))
+        if children:
+            self.spawn(_children.start_all(self, children))
+
+    def _deliver_batches(self) -> bool:
+        """Deliver every batch whose writes are all back, in order, a round each."""
+        delivered = False
+        while (batch := self.writes.ready()) is not None:
+            self.cursor.round = batch.round
+            outcomes = batch.outcomes
+            if outcomes:
+                if len(outcomes) > 1:
+                    outcomes.sort(key=lambda x: x[0].pos)
+                for op, outcome in outcomes:
+                    self._deliver(op, outcome)
+                self.loop.run_ready()
+            delivered = True
+        return delivered
+
+    def _deliver(self, op: Op, outcome: Outcome) -> None:
+        op.done = True
+        cursor = self.cursor
+        if cursor.round > self.last_round:
+            self.last_round = cursor.round
+        cursor.delivered(op)
+        self.waiting.pop(op.pos, None)
+        if self.resolving is op:
+            self.resolving = None
+        if isinstance(op, TimerOp):
+            handle = op.handle
+            if handle is not None and not handle.cancelled():
+                self.loop.schedule(handle)
+        elif op.fut is not None:
+            outcome.apply(op.fut)
+
+    async def _wait_event(self) -> None:
+        """Until a write or an execution ends, or (on a real clock) a wait is due."""
+        fut = self._kick_fut = asyncio.get_running_loop().create_future()
+        try:
+            due = self._next_due()
+            if due is None:
+                await fut
+            else:
+                await asyncio.wait({fut}, timeout=max(due - self.clock.time(), 0.0))
+        finally:
+            self._kick_fut = None
+
+    def _holds(self) -> bool:
+        """Whether to wait here for the next due time rather than park (`_waits.holds`)."""
+        due = self._next_due()
+        return due is not None and _waits.holds(self, due)
+
+    def _next_due(self) -> float | None:
+        if self.resolving is not None or not self.waiting:
+            return None  # waits complete one at a time
+        due = _waits.due
+        dues = [d for op in self.waiting.values() if (d := due(op)) is not None and self.wanted(op)]
+        return min(dues) if dues else None
+
+    def wanted(self, op: Op) -> bool:
+        """Whether the flow still waits for `op` (a canceled call or a race's loser: no)."""
+        if op.fut is not None and op.fut.cancelled():
+            return False
+        return interested(op.owner, self.main)
+
+    def kick(self) -> None:
+        """Wake the driver: a write or a piece of work ended."""
+        fut = self._kick_fut
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+
+    # -- work on the worker's loop: executions and writes ------------------------------
+
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Queue `coro` (a step execution, a write) to run on the worker's loop."""
+        self._queued.append(coro)
+
+    async def _launch(self) -> None:
+        """Run the queued work: one piece with nothing else going on runs inline (the
+        common case, a flow's next step: no task, no extra turn of the loop); more
+        run as tasks, side by side."""
+        writes = self.writes
+        queued, self._queued = self._queued, []
+        if len(queued) == 1 and not (
+            self.running or writes.batches or (self.waiting and self._next_due())
+        ):
+            await self._inline(queued[0])
+            return
+        loop = asyncio.get_running_loop()
+        for coro in queued:
+            task = loop.create_task(coro, context=self._ctx.copy())
+            self.running.add(task)
+            task.add_done_callback(self._task_done)
+
+    async def _inline(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run `work` in this task and deliver its outcome. A step's write is left on
+        the wire meanwhile (`Writes.send`): while all the flow does next is call one
+        more step, that step is started here too, and the write is awaited before
+        its body runs (`sdk.engine._ahead`); else the driver awaits it first."""
+        writes = self.writes
+        while True:
+            writes.inline = True
+            try:
+                await work
+            except (Exception, Stop, Abandon) as exc:
+                self._failed_work(exc)
+            except asyncio.CancelledError:
+                if self._task not in self.cut:
+                    raise
+            finally:
+                writes.inline = False
+            task = self._task
+            if task is not None and task in self.cut:  # cut off to give a cancel
+                self.cut.discard(task)
+                if task.uncancel() > 0:  # cancelled from elsewhere too (lost lease, stop)
+                    raise asyncio.CancelledError
+            direct, writes.direct = writes.direct, None
+            if direct is None or self.abandoned:
+                return
+            self.cursor.round, op, outcome = direct
+            self._deliver(op, outcome)
+            self.loop.run_ready()
+            if writes.pending is None or not self.ahead():
+                return
+            self._start_new()
+            if self.abandoned or not self.one_step_next():
+                return
+            work = self._queued.pop()
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self.running.discard(task)
+        if not task.cancelled():
+            exc = task.exception()
+            if exc is not None:
+                self._failed_work(exc)
+        self.kick()
+
+    def _failed_work(self, exc: BaseException) -> None:
+        if isinstance(exc, Abandon):
+            self.abandon()
+        elif not isinstance(exc, Stop):
+            log.error("run %s: engine error", self.run_id, exc_info=exc)
+            self.abandon(error=exc if isinstance(exc, Exception) else None)
+
+    def park_op(self, op: Op) -> None:
+        """`op` waits for a signal or a time (see `sdk.engine._waits`)."""
+        self.waiting[op.pos] = op
+
+    def abandon(self, *, error: Exception | None = None, lost: LeaseLost | None = None) -> None:
+        """Stop at once, as a dead process would: no step body goes on, nothing more is
+        written (writes already sent complete); the lease is left to expire."""
+        if error is not None and self.store_error is None:
+            self.store_error = error
+        if lost is not None and self.lost is None:
+            self.lost = lost
+        if self.abandoned:
+            return
+        self.abandoned = True
+        for task in list(self.running):
+            if task not in self.writes.writing:
+                task.cancel()
+        self.kick()
+
+    async def _make_value(self, op: ValueOp) -> None:
+        lin = self.lineage_record(op.key, op.pos, op.kind)
+        value = str(lin.value) if lin is not None else op.make()
+        await self.writes.resolve(
+            op, lambda r: Record(op.key, op.pos, op.kind, State.OK, value=value, r=r),
+            Outcome(op.parse(value)),
+        )  # fmt: skip
+
+    # -- steps' helpers ----------------------------------------------------------------
+
+    def lineage_record(self, key: str, pos: int, kind: Kind) -> Record | None:
+        """The source runs' completed record for this call, if it is the same call."""
+        raw = self._lineage_raw.get(key)
+        if raw is None:
+            return None
+        rec = Record.from_json(raw)
+        if rec.pos != pos or rec.kind is not kind or rec.state is not State.OK:
+            return None
+        return rec
+
+    # -- the end ---------------------------------------------------------------------
+
+    async def settle(self) -> None:
+        """Cut off step bodies still running; let writes in flight complete."""
+        for task in list(self.running):
+            if task not in self.writes.writing:
+                task.cancel()
+        while self.running:
+            await asyncio.wait(list(self.running))
+
+    async def _close(self) -> None:
+        self.writes.drop()  # stopped with a write on the wire (abandoned, cancelled)
+        for coro in self._queued:  # never launched: the activation ended first
+            coro.close()
+        self._queued.clear()
+        sticky = self.engine.sticky
+        if self.kept and sticky is not None and not self.abandoned:
+            await self.settle()  # nothing runs at a park: this returns at once
+            if not self.abandoned:
+                sticky.keep(self)  # the flow stays where it waits (`sdk.engine._sticky`)
+                return
+        self.discard()
+        await self.settle()
+
+    def discard(self) -> None:
+        """Unwind the flow (see the module docstring): nothing it calls runs or records."""
+        if self.discarding:
+            return
+        self.kept = False
+        self.discarding = True
+        left = self.loop.unwind(evicted)
+        if left:
+            log.warning(
+                "run %s: %d task(s) of the flow would not unwind (they catch BaseException)",
+                self.run_id, left,
+            )  # fmt: skip
+
+    def release_on_cancel(self) -> Coroutine[Any, Any, None]:
+        return self.store.release(self.run_id, self.fence)

@@ -1,0 +1,49 @@
+"""What every activation of one worker shares: store, clock, owner, hooks, codecs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from sdk._core._clock import Clock
+from sdk._core._values import Serializer
+from sdk.model._intercept import Interceptor
+from sdk.model._registry import Registry
+from sdk.store import Store
+
+if TYPE_CHECKING:
+    from sdk.client._client import Client
+    from sdk.engine._sticky import StickyCache
+
+__all__ = ["Engine"]
+
+
+@attrs.define
+class Engine:
+    """What every activation of a worker shares."""
+
+    store: Store
+    clock: Clock
+    owner: str
+    inline_backoff_max: float = 1.0
+    interceptors: list[Interceptor] = attrs.field(factory=list)
+    serializer: Serializer = attrs.field(factory=Serializer.default)
+    registry: Registry = attrs.field(factory=Registry.default)
+    #: step name -> the callable run instead of its body, by this engine only
+    #: (`testing.FlowTestEnv.stub`); called with the step's arguments
+    stubs: dict[str, Callable[..., Any]] = attrs.field(factory=dict)
+    #: the parked activations the worker keeps (`sdk.engine._sticky`); None: replay every wake-up
+    sticky: StickyCache | None = None
+    _client: Client | None = None
+
+    def client(self) -> Client:
+        """A client on the worker's store, registry and serializer (made once)."""
+        if self._client is None:
+            from sdk.client._client import Client  # the client is a higher layer than the engine
+
+            self._client = Client(
+                self.store, clock=self.clock, registry=self.registry, converter=self.serializer
+            )
+        return self._client
