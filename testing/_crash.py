@@ -26,6 +26,9 @@ class CrashPoints(Interceptor):
         self.on_fire: Callable[[str, When], None] | None = None
         #: which runs may crash (run id -> whether it may); None: every run
         self.runs: Callable[[str], bool] | None = None
+        #: called as a crash fires: drops what the dying process held (the env's
+        #: worker's kept activations; a dead process keeps nothing)
+        self.forget: Callable[[], None] | None = None
 
     def add(self, step_key: str, when: When, attempt: int | None = None) -> None:
         if when not in ("before", "after"):
@@ -49,6 +52,8 @@ class CrashPoints(Interceptor):
         del self._points[key]
         if self.on_fire is not None:
             self.on_fire(key, when)
+        if self.forget is not None:
+            self.forget()
         raise Abandon(f"simulated crash {_describe(key, when, point[1])}")
 
     def step_started(self, run_id: str, key: str, attempt: int) -> None:

@@ -21,6 +21,7 @@ from sdk.worker._worker import Worker
 from testing._clock import FakeClock
 from testing._crash import CrashPoints
 from testing._history import HistoryEntry, Timings, read_history
+from testing._stubs import Stubs
 
 __all__ = ["FlowTestEnv"]
 
@@ -102,9 +103,12 @@ class FlowTestEnv:
         self._timings = Timings(self.clock)
         # the test kit's own first: a crash point stops the activation before a
         # user interceptor (tracing, say) sees the call
-        self._interceptors: list[Interceptor] = [self._crashes, self._timings, *interceptors]
+        # and the stubs last: a user's interceptor wraps a stub as it would the body
+        self._stubs = Stubs()
+        self._interceptors: list[Interceptor] = [
+            self._crashes, self._timings, *interceptors, self._stubs,
+        ]  # fmt: skip
         self._client_interceptors = list(interceptors)
-        self._stubs: dict[str, Callable[..., Any]] = {}  # step name -> stand-in body
         self._pass: asyncio.Future[None] | None = None  # the run_until_idle under way
 
     async def __aenter__(self) -> FlowTestEnv:
@@ -134,7 +138,8 @@ class FlowTestEnv:
             converter=self.serializer,
             sticky_cache=self._sticky_cache,
         )
-        self._worker.engine.stubs = self._stubs  # this env's stubs, whenever they are set
+        sticky = self._worker.engine.sticky
+        self._crashes.forget = sticky.clear if sticky is not None else None
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -276,15 +281,15 @@ class FlowTestEnv:
         if side_effect is not None:
             if not callable(side_effect):
                 raise TypeError(f"stub({name!r}): side_effect must be callable")
-            self._stubs[name] = side_effect
+            self._stubs.bodies[name] = side_effect
         elif raises is not None:
             if not (isinstance(raises, BaseException) or (
                 isinstance(raises, type) and issubclass(raises, BaseException)
             )):  # fmt: skip
                 raise TypeError(f"stub({name!r}): raises must be an exception or its class")
-            self._stubs[name] = functools.partial(_raise, raises)
+            self._stubs.bodies[name] = functools.partial(_raise, raises)
         else:
-            self._stubs[name] = functools.partial(_return, returns)
+            self._stubs.bodies[name] = functools.partial(_return, returns)
 
     async def history(self, run_id: str) -> list[HistoryEntry]:
         """The run's steps, waits, sleeps and child starts, in the order the flow made them.

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import attrs
 
@@ -31,9 +30,6 @@ class Engine:
     interceptors: list[Interceptor] = attrs.field(factory=list)
     serializer: Serializer = attrs.field(factory=Serializer.default)
     registry: Registry = attrs.field(factory=Registry.default)
-    #: step name -> the callable run instead of its body, by this engine only
-    #: (`testing.FlowTestEnv.stub`); called with the step's arguments
-    stubs: dict[str, Callable[..., Any]] = attrs.field(factory=dict)
     #: the parked activations the worker keeps (`sdk.engine._sticky`); None: replay every wake-up
     sticky: StickyCache | None = None
     _client: Client | None = None

@@ -30,6 +30,7 @@ from sdk._core._types import CheckpointKind, Decision, EventType, Reason
 from sdk.engine._ops import Outcome, StepOp, tag
 from sdk.engine._writes import Stop
 from sdk.errors import IdempotencyConflict, SerializationError, StepTimeout
+from sdk.model._intercept import StepCall, execute_step, wrapping
 from sdk.runtime._runtime import StepContext, step_var
 from sdk.store import Mailbox, StepEvent
 
@@ -137,8 +138,8 @@ async def _attempts(act: Activation, op: StepOp, attempts: int) -> None:
     spec = op.spec
     policy = spec.retry or act.retry_override or act.flow.retry
     rh = spec.request_hash(op.fn, op.args, op.kwargs, act.serializer)
-    body = act.engine.stubs.get(spec.name, op.fn)  # a test's stub stands in for the body
     hooks = act.engine.interceptors
+    wrappers = wrapping(hooks) if hooks else ()  # interceptors that wrap the body
     idem = f"{act.key_root}:{op.key}"
     if act.writes.pending is not None:
         await act.writes.landed()  # the last step's write is back before this one runs
@@ -153,7 +154,11 @@ async def _attempts(act: Activation, op: StepOp, attempts: int) -> None:
         token = step_var.set(ctx)
         failure: Exception | None = None
         try:
-            value = body(*op.args, **op.kwargs)
+            if wrappers:
+                call = StepCall(act.run_id, op.key, spec.name, attempts + 1, op.args, op.kwargs)
+                value = execute_step(wrappers, call, op.fn)
+            else:
+                value = op.fn(*op.args, **op.kwargs)
             if spec.timeout is not None and isinstance(value, Awaitable):
                 value = await _within(act, op, value, spec.timeout)
             elif type(value) is types.CoroutineType or isinstance(value, Awaitable):

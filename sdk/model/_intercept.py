@@ -3,24 +3,35 @@
 The engine calls every interceptor of its worker around each step attempt, as
 each wait, sleep or child start begins, as each wait or sleep completes and
 each child run is created, around each outbox `emit` and each delivery of an
-intent to its channel's handler. An
-interceptor observes (tracing, metrics), or, for the test kit, simulates a
-crash by raising `Abandon`: the activation then stops at once, as if its
-process had died there (see `testing.FlowTestEnv.crash_at`).
+intent to its channel's handler. An interceptor observes (tracing, metrics);
+wraps a step attempt's body (`Interceptor.execute_step`: a span or a context
+around it, or a stand-in for it, as the test kit's `FlowTestEnv.stub`); or,
+for the test kit, simulates a crash by raising `Abandon`: the activation then
+stops at once, as if its process had died there (see
+`testing.FlowTestEnv.crash_at`).
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+import inspect
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 if TYPE_CHECKING:
     from sdk._core._types import RunOptions, WaitingOn
 
-__all__ = ["Abandon", "ActivationInfo", "ActivationOutcome", "ActivationReason", "Interceptor"]
+__all__ = [
+    "Abandon",
+    "ActivationInfo",
+    "ActivationOutcome",
+    "ActivationReason",
+    "Interceptor",
+    "StepCall",
+    "wrapping",
+]
 
 
 class ActivationReason(enum.StrEnum):
@@ -84,13 +95,35 @@ class ActivationInfo:
     claimed_at: float
 
 
+@attrs.frozen
+class StepCall:
+    """One attempt of a step's body, as `Interceptor.execute_step` sees it.
+
+    Attributes:
+        run_id: the run.
+        key: the step key, ``"{name}#{n}"``.
+        name: the step's name (``@step(name=...)``, default the function's ``__qualname__``).
+        attempt: 1 for the first attempt, 2 for the first retry...
+        args, kwargs: the arguments the flow called the step with.
+    """
+
+    run_id: str
+    key: str
+    name: str
+    attempt: int
+    args: tuple[Any, ...]
+    kwargs: Mapping[str, Any]
+
+
 class Abandon(BaseException):
     """Stop the activation at once, as if the worker process died at this point.
 
     Nothing more is written by the activation (writes already sent complete);
     its lease is left to expire, and another activation continues the run.
     A `BaseException`, so flow and step code cannot swallow it with
-    ``except Exception``.
+    ``except Exception``. The worker's other activations go on; the test kit,
+    which simulates the death of the whole process, also drops the worker's
+    kept activations (`testing.FlowTestEnv.crash_at`).
     """
 
 
@@ -112,6 +145,21 @@ class Interceptor:
         """After every attempt's body, before its outcome is recorded: the body
         returned (`error` is None; `step_finished` follows) or raised `error`
         (its failure or retry is recorded next; then `step_failed`)."""
+
+    async def execute_step(self, call: StepCall, proceed: Callable[[], Awaitable[Any]]) -> Any:
+        """Run one attempt of a step's body: ``return await proceed()`` runs it.
+
+        Override it to wrap the body (a span, a context variable, a measure) or
+        to stand in for it (a stub returns without calling `proceed`). What it
+        returns is the attempt's result; what it raises, the attempt's failure
+        (retried under the step's retry policy). It runs inside the step
+        (`sdk.current_step` is the attempt's), between `step_started` and
+        `step_ended`, and only for live attempts: a step replayed from the
+        journal runs no body. The worker's interceptors nest in their order:
+        the first one's `proceed` runs the second's `execute_step`, and the
+        last one's runs the body. Not overriding it costs nothing.
+        """
+        return await proceed()
 
     def call_started(self, run_id: str, key: str, kind: str) -> None:
         """A durable call begins. By `kind`:
@@ -180,3 +228,29 @@ class Interceptor:
     def run_started(self, run_id: str, error: BaseException | None) -> None:
         """After `run_starting`: the start is written (or found: the same run id
         started again), or it raised `error` (e.g. `QueueFull`)."""
+
+
+def wrapping(interceptors: Sequence[Interceptor]) -> tuple[Interceptor, ...]:
+    """The interceptors that override `Interceptor.execute_step`, in their order."""
+    return tuple(i for i in interceptors if type(i).execute_step is not Interceptor.execute_step)
+
+
+def execute_step(
+    wrappers: Sequence[Interceptor], call: StepCall, body: Callable[..., Any]
+) -> Awaitable[Any]:
+    """One attempt of `body` (a step function, ``async`` or not) through `wrappers`."""
+
+    async def innermost() -> Any:
+        value = body(*call.args, **call.kwargs)
+        return await value if inspect.isawaitable(value) else value
+
+    proceed: Callable[[], Awaitable[Any]] = innermost
+    for hook in reversed(wrappers):
+        proceed = _bind(hook, call, proceed)
+    return proceed()
+
+
+def _bind(
+    hook: Interceptor, call: StepCall, proceed: Callable[[], Awaitable[Any]]
+) -> Callable[[], Awaitable[Any]]:
+    return lambda: hook.execute_step(call, proceed)

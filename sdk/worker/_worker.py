@@ -404,9 +404,6 @@ class Worker(Heartbeat):
                 "and another activation will retry it", act.run_id,
             )  # fmt: skip
         error = act.store_error
-        sticky = self.engine.sticky
-        if sticky is not None and act.abandoned and error is None and act.lost is None:
-            sticky.clear()  # a simulated crash (the test kit): a dead process keeps nothing
         if isinstance(error, CorruptData):  # a write found the run's data damaged
             await _quarantine.fail(
                 self.store, self.clock, Damaged(act.run_id, error.key, error.detail, act.fence)
