@@ -84,8 +84,9 @@ def test_importing_stores_imports_no_sdk_module_but_the_seam() -> None:
 
 
 def _in_seam(module: str) -> bool:
-    """The seam (`sdk.store`), the foundation under it (`sdk._core`), the lazy `sdk`."""
-    return module in ("sdk", "sdk.store", "sdk._core") or module.startswith(
+    """The seam (`sdk.store`), the foundation and the error tree under it
+    (`sdk._core`, `sdk.errors`), the lazy `sdk`."""
+    return module in ("sdk", "sdk.store", "sdk._core", "sdk.errors") or module.startswith(
         ("sdk.store.", "sdk._core.")
     )
 

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 
 import attrs
 
+from sdk.errors import CorruptRecord, SteadyflowError
 from sdk.store._statuses import CheckpointKind, EventType, RunStatus
 
 __all__ = [
@@ -58,7 +59,7 @@ MAX_PRIORITY = 4095
 # -- what a store is asked to write ------------------------------------------------
 
 
-class PartitionsMismatch(ValueError):
+class PartitionsMismatch(SteadyflowError, ValueError):
     """The store was opened with another partition count than the deployment under
     its prefix was first used with. Runs live in the partition their id hashes to
     among N, so a process with another N would look for them, and put new ones,
@@ -230,16 +231,12 @@ class Damaged:
     fence: int | None = None
 
 
-class CorruptData(Exception):
+class CorruptData(CorruptRecord):
     """A store found a run's stored data unreadable while serving a call (an
-    activation's write, a read of its history). Nothing was written. The engine
-    turns it into `sdk.errors.CorruptRecord` for users, and fails the run."""
-
-    def __init__(self, run_id: str, key: str, detail: str) -> None:
-        self.run_id = run_id
-        self.key = key
-        self.detail = detail
-        super().__init__(f"run {run_id!r}: {key}: {detail}")
+    activation's write, a read of its history). Nothing was written. A
+    `sdk.errors.CorruptRecord` (so in the `SteadyflowError` tree: a caller of
+    the store that does not handle it sees the user-facing error); the worker
+    fails the run alone with reason ``corrupt_record``."""
 
 
 @attrs.frozen
