@@ -50,6 +50,14 @@ class FlowTestEnv:
     every wake-up (both give the flow the same values; a simulated crash,
     `crash_at`, drops the cache as a dying process would).
 
+    `inline_backoff_max` is the worker's (``Worker(inline_backoff_max=...)``),
+    0 by default: every retry backoff and sleep, however short, parks the run
+    on a durable timer, so a test sees each one and fires it with `advance`.
+    Give the production worker's value (1.0) to test that path: a short sleep
+    or backoff is waited for in place (the run stays ``running``, its
+    activation is not replayed), `run_until_idle` returns meanwhile, and
+    `advance` moves it on. The engine takes the same path on either clock.
+
     Example::
 
         async with FlowTestEnv() as env:
@@ -84,8 +92,15 @@ class FlowTestEnv:
         converter: Serializer | cattrs.Converter | None = None,
         interceptors: Sequence[Interceptor] = (),
         sticky_cache: int = 100,
+        inline_backoff_max: float = 0.0,
     ) -> None:
         self.clock = clock or FakeClock()
+        if not isinstance(inline_backoff_max, (int, float)) or not inline_backoff_max >= 0:
+            raise ValueError(
+                f"FlowTestEnv(inline_backoff_max=...) is a number of seconds >= 0, "
+                f"got {inline_backoff_max!r}"
+            )
+        self._inline_backoff_max = float(inline_backoff_max)
         self._sticky_cache = sticky_cache
         self.registry = registry
         self.serializer = Serializer.of(converter)
@@ -123,14 +138,16 @@ class FlowTestEnv:
             self._store, clock=self.clock, registry=self.registry, converter=self.serializer,
             interceptors=self._client_interceptors,
         )  # fmt: skip
-        # Every retry backoff becomes a durable timer, driven by advance().
+        # By default every retry backoff and sleep becomes a durable timer, driven by
+        # advance(); with inline_backoff_max > 0 the short ones are waited for in
+        # place, as a production worker does, until advance() moves the clock.
         self._worker = Worker(
             self._store,
             self._flows,
             clock=self.clock,
             lease_ttl=self._lease_ttl,
             concurrency=self._concurrency,
-            inline_backoff_max=0.0,
+            inline_backoff_max=self._inline_backoff_max,
             name="flow-test-env",
             channels=self._channels,
             interceptors=self._interceptors,
@@ -202,7 +219,7 @@ class FlowTestEnv:
         deadlines now (the pass may be waiting on a running step), then joins it.
         """
         under_way = self._pass is not None and not self._pass.done()
-        if under_way:
+        if under_way or self.worker._inflight:  # (activations waiting in place count)
             # The worker stays alive through the jump, so its leases do: they are
             # renewed up to the new time before the clock moves (and wakes anything).
             await self.worker._renew_leases(self.clock.time() + seconds(delta, "advance"))

@@ -1,6 +1,6 @@
 """A run whose flow waits only for what ends by itself soon is waited for in place,
 not parked (`sdk.engine._waits.holds`): a sleep, an asyncio timer or a step's retry time
-due within the worker's ``inline_backoff_max``, on a clock the event loop measures.
+due within the worker's ``inline_backoff_max``, on the real clock and on a fake one alike.
 
 Parking writes a ``waiting_for_signal`` checkpoint; waiting in place writes none,
 so the checkpoints tell the two apart. The process test (SIGKILL while a sleep
@@ -95,15 +95,17 @@ async def test_a_wait_for_a_signal_parks_however_soon_its_timeout(store: Store) 
     assert await handle.result(timeout=WAKE) == "timed out"
 
 
-async def test_on_a_fake_clock_a_short_sleep_parks_and_the_test_moves_time(
+async def test_on_a_fake_clock_a_short_sleep_is_waited_in_place_until_the_test_moves_time(
     store: Store,
 ) -> None:
+    # the production path (issue 29): the engine waits on the fake clock as on
+    # the real one; only the fake time moves when the test moves it
     clock = FakeClock(1_000.0)
     client = Client(store, clock=clock)
     handle = await client.start(naps, 0.5, run_id="fake")
     worker = Worker(store, clock=clock, name="w")
     await worker.run_until_idle()  # returns: nothing would move the fake time
-    assert await handle.status() is RunStatus.WAITING_FOR_SIGNAL
+    assert await handle.status() is RunStatus.RUNNING
     clock.advance(0.5)
     await worker.run_until_idle()
     assert await handle.result(timeout=WAKE) == "after"

@@ -83,3 +83,20 @@ def test_converter_must_be_a_serializer_or_a_cattrs_converter() -> None:
     with pytest.raises(TypeError, match="Serializer or a cattrs Converter"):
         Serializer.of("json")  # type: ignore[arg-type]
     assert Serializer.of(None) is Serializer.default()
+
+
+def test_a_value_recorded_before_the_sdk_layout_moved_its_class_still_decodes() -> None:
+    # A Decision (or a RunStatus) stored without an annotation names its class by
+    # module; the SDK's modules moved (issue 29): the old names still resolve.
+    from sdk import Decision, RunStatus
+    from sdk._core._serde import MOVED, find_loaded
+
+    ser = Serializer.default()
+    data, path = ser.encode(Decision(True, "ada", "ok", None), None, "a value")
+    assert path == "sdk._core._types:Decision"
+    old = ser.decode(data, None, "sdk._types:Decision", "a value recorded before")
+    assert old == Decision(True, "ada", "ok", None)
+    assert find_loaded("stores._lifecycle:RunStatus") is RunStatus
+    assert find_loaded("sdk._types:NoSuchThing") is None
+    assert all(new.startswith(("sdk.", "stores.")) for new in MOVED.values())
+    assert all(new not in MOVED for new in MOVED.values())  # one hop, no chains

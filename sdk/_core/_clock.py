@@ -10,7 +10,15 @@ from typing import Protocol
 
 from sdk.errors import InvalidArgument
 
-__all__ = ["MAX_SECONDS", "Clock", "SystemClock", "seconds", "sleep_until"]
+__all__ = [
+    "MAX_SECONDS",
+    "Clock",
+    "SystemClock",
+    "moves_by_itself",
+    "seconds",
+    "sleep_until",
+    "wait_until",
+]
 
 #: Longest duration a sleep, timeout or retention may have (about 317 years).
 MAX_SECONDS = 1e10
@@ -20,11 +28,14 @@ class Clock(Protocol):
     """Where the engine reads time (leases, timers, deadlines, `now()`).
 
     A clock may also have ``async def sleep_until(self, when: float) -> None``
-    (return once `time()` reads `when`): in-process deadlines (a step's
-    timeout) then wait on it. `testing.FakeClock` has one, so its `advance`
+    (return once `time()` reads `when`): every in-process wait of the engine
+    (a step's timeout, a short sleep or retry backoff a worker waits for in
+    place) then waits on it. `testing.FakeClock` has one, so its `advance`
     fires them; without one they are measured with the event loop's timer.
-    A worker waits for a short sleep in place (`sdk.engine._waits.holds`) only on a
-    clock without one: on a clock that has one, every sleep parks the run.
+    Either way the engine takes the same path (`sleep_until`, `wait_until`):
+    only how time passes differs. Such a clock's time moves when its owner
+    moves it, not by itself (`moves_by_itself`): a worker's `run_until_idle`
+    counts a run that waits in place on it as idle.
     """
 
     def time(self) -> float:
@@ -67,6 +78,12 @@ def seconds(value: float | timedelta, what: str) -> float:
     return secs
 
 
+def moves_by_itself(clock: Clock) -> bool:
+    """Whether `clock`'s time passes on its own (the real clock), rather than when
+    its owner moves it (a clock with its own ``sleep_until``: a test's `FakeClock`)."""
+    return getattr(clock, "sleep_until", None) is None
+
+
 async def sleep_until(clock: Clock, when: float) -> None:
     """Return once `clock` reads `when` (epoch seconds): an in-process deadline.
 
@@ -79,3 +96,21 @@ async def sleep_until(clock: Clock, when: float) -> None:
         await own(when)
         return
     await asyncio.sleep(max(when - clock.time(), 0.0))
+
+
+async def wait_until(clock: Clock, fut: asyncio.Future[None], when: float) -> None:
+    """Wait for `fut` to be done, or for `clock` to read `when`, whichever comes first.
+
+    On a clock with its own ``sleep_until`` the deadline is the clock's to
+    decide (a fake clock's `advance`); else the event loop's timer measures
+    what is left by the clock now.
+    """
+    own = getattr(clock, "sleep_until", None)
+    if own is None:
+        await asyncio.wait({fut}, timeout=max(when - clock.time(), 0.0))
+        return
+    timer = asyncio.ensure_future(own(when))
+    try:
+        await asyncio.wait({fut, timer}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        timer.cancel()

@@ -142,6 +142,74 @@ def type_path(tp: type) -> str:
     return f"{tp.__module__}:{tp.__qualname__}"
 
 
+#: Where the modules of SDK classes a record may name moved (the SDK's layout, issue
+#: 29): a value recorded before names its class by the old module, and still resolves.
+MOVED = {
+    "sdk._activation": "sdk.engine._activation",
+    "sdk._ahead": "sdk.engine._ahead",
+    "sdk._aio": "sdk.engine._aio",
+    "sdk._calls": "sdk.engine._calls",
+    "sdk._cancelling": "sdk.engine._cancelling",
+    "sdk._checks": "sdk._core._checks",
+    "sdk._client": "sdk.client._client",
+    "sdk._clientbase": "sdk.client._clientbase",
+    "sdk._clock": "sdk._core._clock",
+    "sdk._context": "sdk.runtime._runtime",
+    "sdk._cursor": "sdk.engine._cursor",
+    "sdk._dispatch": "sdk.worker._dispatch",
+    "sdk._eager": "sdk.engine._eager",
+    "sdk._ending": "sdk.engine._ending",
+    "sdk._engine": "sdk.engine._engine",
+    "sdk._events": "sdk.model._events",
+    "sdk._export": "sdk.client._export",
+    "sdk._flowdef": "sdk.model._flowdef",
+    "sdk._follow": "sdk.client._follow",
+    "sdk._hashing": "sdk._core._hashing",
+    "sdk._heartbeat": "sdk.worker._heartbeat",
+    "sdk._history": "sdk.client._history",
+    "sdk._intercept": "sdk.model._intercept",
+    "sdk._journal": "sdk._core._journal",
+    "sdk._jsonshapes": "sdk.client._jsonshapes",
+    "sdk._lifecycle": "sdk._core._lifecycle",
+    "sdk._limits": "sdk._core._limits",
+    "sdk._lineage": "sdk.client._lineage",
+    "sdk._observing": "sdk.engine._observing",
+    "sdk._ops": "sdk.engine._ops",
+    "sdk._outbox": "sdk.model._channels",
+    "sdk._primitives": "sdk.runtime._primitives",
+    "sdk._quarantine": "sdk.worker._quarantine",
+    "sdk._queues": "sdk.model._queues",
+    "sdk._queuing": "sdk.client._queuing",
+    "sdk._registry": "sdk.model._registry",
+    "sdk._retry": "sdk._core._retry",
+    "sdk._rewind": "sdk.client._rewind",
+    "sdk._runpages": "sdk.client._runpages",
+    "sdk._runs": "sdk.client._runs",
+    "sdk._schedclient": "sdk.client._schedclient",
+    "sdk._schedules": "sdk.model._schedules",
+    "sdk._sending": "sdk.client._sending",
+    "sdk._serde": "sdk._core._serde",
+    "sdk._starting": "sdk.client._starting",
+    "sdk._step": "sdk.runtime._step",
+    "sdk._steprun": "sdk.engine._steprun",
+    "sdk._sticky": "sdk.engine._sticky",
+    "sdk._ticker": "sdk.worker._ticker",
+    "sdk._timeline": "sdk.client._timeline",
+    "sdk._treecopy": "sdk.client._treecopy",
+    "sdk._types": "sdk._core._types",
+    "sdk._values": "sdk._core._values",
+    "sdk._waiting": "sdk._core._waiting",
+    "sdk._waits": "sdk.engine._waits",
+    "sdk._worker": "sdk.worker._worker",
+    "sdk._writes": "sdk.engine._writes",
+    "stores._lifecycle": "sdk.store._statuses",
+    "stores._protocol_parts": "sdk.store._parts",
+    "stores._queues": "sdk.store._queues",
+    "stores._records": "sdk.store._records",
+    "stores._schedule_records": "sdk.store._schedules",
+}
+
+
 def find_loaded(path: str) -> type | None:
     """The class a ``module:qualname`` path names, if this process has imported its
     module already; else None.
@@ -149,9 +217,11 @@ def find_loaded(path: str) -> type | None:
     Stored data never decides what code runs: this never imports a module and
     never calls a module's ``__getattr__`` or a descriptor (it reads the
     namespaces' dicts), and it returns only a class whose own path is `path`
-    (not an alias that a module imported from elsewhere).
+    (not an alias that a module imported from elsewhere), or its path before
+    its module moved (`MOVED`).
     """
     module, sep, qualname = path.partition(":")
+    module = MOVED.get(module, module)
     obj: Any = sys.modules.get(module) if sep else None
     if obj is None:
         return None

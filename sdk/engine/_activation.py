@@ -45,6 +45,7 @@ import logging
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
+from sdk._core._clock import wait_until
 from sdk._core._journal import Journal, Kind, Record, State
 from sdk._core._retry import RetryPolicy
 from sdk._core._types import Reason
@@ -140,6 +141,7 @@ class Activation(Cancelling, Observing, Ahead, FlowCalls, Runtime):
         self.running: set[asyncio.Task[None]] = set()  # work running on the worker's loop
         self.writes = Writes(self)
         self._kick_fut: asyncio.Future[None] | None = None
+        self.backing_off = 0  # step executions waiting in place for their retry time
         # A cancel request not given to the flow yet: its reason (from the claim, or
         # from the heartbeat: `request_cancel`). Given: the journal's ~cancel record.
         self.cancel_reason = stored.cancel_reason
@@ -393,16 +395,35 @@ class Activation(Cancelling, Observing, Ahead, FlowCalls, Runtime):
             outcome.apply(op.fut)
 
     async def _wait_event(self) -> None:
-        """Until a write or an execution ends, or (on a real clock) a wait is due."""
+        """Until a write or an execution ends, or the clock reaches a wait's due time."""
         fut = self._kick_fut = asyncio.get_running_loop().create_future()
         try:
             due = self._next_due()
+            self.maybe_held()
             if due is None:
                 await fut
             else:
-                await asyncio.wait({fut}, timeout=max(due - self.clock.time(), 0.0))
+                await wait_until(self.clock, fut, due)
         finally:
             self._kick_fut = None
+
+    @property
+    def holding(self) -> bool:
+        """Whether only the clock can move this activation on: no write is in flight,
+        every execution in flight (inline or as a task) waits in place for its retry
+        time, and the driver waits or runs one of them. The worker's
+        `run_until_idle` counts it as idle."""
+        writes = self.writes
+        if writes.batches or (self._kick_fut is None and not writes.inline):
+            return False  # a write in flight, or the driver is busy
+        if len(self.running) + writes.inline != self.backing_off:
+            return False  # an execution that is not waiting for its retry time
+        return self.backing_off > 0 or self._next_due() is not None
+
+    def maybe_held(self) -> None:
+        """Tell the worker's `run_until_idle` when this activation starts `holding`."""
+        if self.holding:
+            self.engine.held()
 
     def _holds(self) -> bool:
         """Whether to wait here for the next due time rather than park (`_waits.holds`)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING
 
 import attrs
@@ -32,7 +33,16 @@ class Engine:
     registry: Registry = attrs.field(factory=Registry.default)
     #: the parked activations the worker keeps (`sdk.engine._sticky`); None: replay every wake-up
     sticky: StickyCache | None = None
+    #: resolved as an activation starts waiting in place for its clock alone
+    #: (`Worker.run_until_idle` is looking; None: nobody is)
+    holding: asyncio.Future[None] | None = None
     _client: Client | None = None
+
+    def held(self) -> None:
+        """An activation now waits for nothing but its clock (`Activation.holding`)."""
+        fut = self.holding
+        if fut is not None and not fut.done():
+            fut.set_result(None)
 
     def client(self) -> Client:
         """A client on the worker's store, registry and serializer (made once)."""

@@ -181,7 +181,12 @@ async def _attempts(act: Activation, op: StepOp, attempts: int) -> None:
                 op.retry_due = due  # a durable timer at the recorded due time
                 act.park_op(op)
                 return
-            await asyncio.sleep(max(delay, 0.0))
+            act.backing_off += 1  # on the activation's clock, as every wait in place
+            act.maybe_held()
+            try:
+                await sleep_until(act.clock, due)
+            finally:
+                act.backing_off -= 1
             continue
         if hooks:
             act.step_ended(op, attempts + 1, None)

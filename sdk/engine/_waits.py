@@ -50,12 +50,12 @@ def holds(act: Activation, first: float) -> bool:
     first of them within the worker's ``inline_backoff_max``, as a retry backoff
     that short is slept in place. A park and its wake-up cost three round trips
     (suspend, claim, the timer's record); waiting in place costs the record
-    alone, and holds a worker slot for at most ``inline_backoff_max``. Not on a clock
-    with its own ``sleep_until`` (a test's `FakeClock`): its time moves when
-    the test moves it, so the run parks and the test fires its timers.
+    alone, and holds a worker slot for at most ``inline_backoff_max``. The same on
+    every clock: on a test's `FakeClock` the activation waits until the test
+    advances the clock (`sdk._core._clock.wait_until`).
     """
     limit = act.engine.inline_backoff_max
-    if limit <= 0 or hasattr(act.clock, "sleep_until"):
+    if limit <= 0:
         return False
     for op in act.waiting.values():
         ends_by_itself = isinstance(op, (SleepOp, TimerOp)) or (

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import cattrs
 
 from sdk._core._checks import check_id, check_int, check_optional_id, check_seconds
-from sdk._core._clock import Clock, SystemClock
+from sdk._core._clock import Clock, SystemClock, moves_by_itself
 from sdk._core._serde import converter as records
 from sdk._core._serde import dumps
 from sdk._core._tasks import cancel_and_wait
@@ -414,8 +414,12 @@ class Worker(Heartbeat):
     async def run_until_idle(self) -> None:
         """Execute until no run is ready and none is in flight, then return.
 
-        Runs parked on a timer that is not due yet do not count; with a
-        `FakeClock`, advance it and call this again.
+        Runs parked on a timer that is not due yet do not count. With a
+        `FakeClock`, advance it and call this again: on such a clock (one whose
+        time moves only when its owner moves it) an activation that waits in
+        place for a short sleep or retry backoff (``inline_backoff_max``), and
+        for nothing else, does not count either; on the real clock it does
+        (it goes on by itself).
         """
         hb = asyncio.create_task(self._heartbeat())
         try:
@@ -424,7 +428,7 @@ class Worker(Heartbeat):
                 # claimed nothing: work that ends during a pass's awaits (a run
                 # holding the only slot, a run re-queued as it parks, a step
                 # recording intents) can leave something ready behind it.
-                was_busy = bool(self._inflight) or bool(self.dispatcher.tasks())
+                was_busy = bool(self._busy()) or bool(self.dispatcher.tasks())
                 # both on the wire at once: one round trip's wait, not two
                 (claimed, _), (sending, _) = await asyncio.gather(
                     self._poll(), self.dispatcher.poll()
@@ -437,13 +441,24 @@ class Worker(Heartbeat):
                 # (its task ends), so the child is claimed then, and ends the wait.
                 if (claimed and not self._drained) or (sending and not self.dispatcher.drained):
                     continue
-                busy = [t for t, _ in self._inflight.values()] + self.dispatcher.tasks()
+                busy = self._busy() + self.dispatcher.tasks()
                 if busy:
-                    await asyncio.wait(busy, return_when=asyncio.FIRST_COMPLETED)
+                    # ... or until one of them waits for its (fake) clock alone
+                    held = self.engine.holding = asyncio.get_running_loop().create_future()
+                    try:
+                        await asyncio.wait([*busy, held], return_when=asyncio.FIRST_COMPLETED)
+                    finally:
+                        self.engine.holding = None
                 elif not (was_busy or claimed or sending):
                     return
         finally:
             await cancel_and_wait(hb)  # (on 3.11 a cancellation can be lost: see it)
+
+    def _busy(self) -> list[asyncio.Task[None]]:
+        """The activations in flight that go on without the clock's owner moving it."""
+        if moves_by_itself(self.clock):
+            return [t for t, _ in self._inflight.values()]
+        return [t for t, act in self._inflight.values() if act is None or not act.holding]
 
     async def run(self) -> None:
         """Serve until `stop()`: claim, execute, heartbeat, fire timers, recover."""
