@@ -85,7 +85,8 @@ async def test_an_archived_generation_keeps_its_arguments_and_checkpoints() -> N
         await env.run_until_idle()
         g1 = await env.store.get_run("short~g1")
         assert g1 is not None
-        assert env.client._flow_def(counter).decode_args(g1.args, env.client.serializer)[0] == [1]  # type: ignore[union-attr]
+        fd = env.client._core.flow_def(counter)
+        assert fd.decode_args(g1.args, env.client.serializer)[0] == [1]  # type: ignore[union-attr]
         kinds = [c.kind for c in await env.client.checkpoints("short~g1")]
         assert kinds[0] == "run_started" and kinds[-1] == "run_finished"
         kinds = [c.kind for c in await env.client.checkpoints("short")]

@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator
 import pytest
 import pytest_asyncio
 
-import sdk.client._clientbase
+import sdk.client._handle
 from sdk import Client, Worker, WorkerInfo, flow
 from sdk.model._registry import Registry
 from stores.redis import RedisStore
@@ -142,7 +142,7 @@ async def test_a_worker_on_other_queues_does_not_count_and_one_on_its_queue_runs
 async def test_result_warns_once_when_a_run_stays_pending_with_nobody_to_serve_it(
     store: RedisStore, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sdk.client._clientbase, "PENDING_HINT_AFTER", 0.0)
+    monkeypatch.setattr(sdk.client._handle, "PENDING_HINT_AFTER", 0.0)
     client = Client(store, registry=registry)
     handle = await client.start(greet, "ada")
 
@@ -159,8 +159,8 @@ async def test_a_finished_or_running_run_gets_no_hint(store: RedisStore) -> None
     handle = await client.start(greet, "ada")
     stored = await store.get_run(handle.run_id)
     assert stored is not None
-    assert await client._unserved(stored) is not None
+    assert await client._core.unserved(stored) is not None
     await client.cancel(handle.run_id, reason="not needed")
     stored = await store.get_run(handle.run_id)
     assert stored is not None
-    assert await client._unserved(stored) is None
+    assert await client._core.unserved(stored) is None

@@ -1,14 +1,25 @@
 """The client: start runs, read them, signal, approve, cancel, resume, delete.
 
-Replay and fork (`sdk.client._lineage`) and reading a run's history (`sdk.client._history`)
-are parts of `Client` of their own; `sdk.client._clientbase` holds what they share.
+`Client` is what users hold; it documents every operation and hands each to
+the part that does it, all built in its `__init__` over one `ClientCore`
+(`sdk.client._clientcore`: the store, clock, registry, serializer, authorizer
+and interceptors, and the helpers every part needs):
+
+- `RunStarter` (`sdk.client._starting`): `start`;
+- `RunSteering` (`sdk.client._steering`): signals, decisions, cancel, resume, delete;
+- `RunHistory` (`sdk.client._history`): events, checkpoints, approvers, intents, follow;
+- `RunDeriver` (`sdk.client._lineage`): replay and fork;
+- `EventSender` (`sdk.client._sending`): `send_event` (it starts runs with the starter);
+- `QueueReport` (`sdk.client._queuing`) and `Schedules` (`sdk.client._schedclient`);
+- `Exporter` (`sdk.client._export`): `export`.
+
+`get`, `list_runs`, `handle` and `workers` are small enough to be here.
 """
 
 from __future__ import annotations
 
-import functools
-import uuid
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -17,52 +28,47 @@ import cattrs
 from sdk._core._checks import (
     check_count,
     check_id,
-    check_name,
-    check_new_run_id,
     check_optional_id,
     check_status,
-    check_text,
     check_wait_kind,
-    show,
 )
-from sdk._core._clock import Clock, SystemClock, seconds
-from sdk._core._serde import converter, dumps
-from sdk._core._types import Decision, Reason, RunOptions, RunRecord, RunStatus, WaitKind
+from sdk._core._clock import Clock, SystemClock
+from sdk._core._types import (
+    Checkpoint,
+    Event,
+    RunOptions,
+    RunRecord,
+    RunStatus,
+    WaitKind,
+    WorkerInfo,
+)
 from sdk._core._values import Serializer
 from sdk._core._waiting import runs_waiting_on
-from sdk.client._clientbase import Authorizer, RunHandle
-from sdk.client._export import Exporting
-from sdk.client._history import History
-from sdk.client._lineage import Lineages
-from sdk.client._queuing import Queuing
-from sdk.client._rewind import read_rewind
-from sdk.client._runs import DEFAULT_CANCEL_GRACE, cancel_run, raise_refused, refusal_error
-from sdk.client._schedclient import ScheduleClient
-from sdk.client._sending import EventSending
-from sdk.client._starting import new_run
-from sdk.errors import (
-    CorruptRecord,
-    IdempotencyConflict,
-    InvalidArgument,
-    QueueFull,
-    SerializationError,
-)
+from sdk.client._clientcore import Authorizer, ClientCore
+from sdk.client._export import Exporter, Redact
+from sdk.client._handle import RunHandle
+from sdk.client._history import RunHistory
+from sdk.client._lineage import RunDeriver
+from sdk.client._queuing import QueueReport
+from sdk.client._runs import DEFAULT_CANCEL_GRACE
+from sdk.client._schedclient import Schedules
+from sdk.client._sending import EventSender
+from sdk.client._starting import RunStarter
+from sdk.client._steering import RunSteering
 from sdk.model._flowdef import FlowDef
 from sdk.model._intercept import Interceptor
 from sdk.model._registry import Registry
-from sdk.store import CorruptData, Mailbox, Refusal, Refused
 
 if TYPE_CHECKING:
+    from sdk.model._channels import Intent
+    from sdk.model._queues import QueueInfo
+    from sdk.model._schedules import ScheduleInfo
     from sdk.store import Store
 
 __all__ = ["Authorizer", "Client", "RunHandle"]
 
-#: How often `resume` reads a canceled run again when it changed meanwhile (it was
-#: resumed and canceled again between the read and the write).
-_REREADS = 5
 
-
-class Client(History, Lineages, EventSending, Queuing, ScheduleClient, Exporting):
+class Client:
     """Starts and steers runs.
 
     Args:
@@ -94,14 +100,81 @@ class Client(History, Lineages, EventSending, Queuing, ScheduleClient, Exporting
         converter: Serializer | cattrs.Converter | None = None,
         interceptors: Sequence[Interceptor] = (),
     ) -> None:
-        self.store = store
-        self.authorizer = authorizer
-        self.clock: Clock = clock or SystemClock()
-        self.registry = registry if registry is not None else Registry.default()
-        self.serializer = Serializer.of(converter)
-        self.interceptors = list(interceptors)
+        self._core = core = ClientCore(
+            store,
+            authorizer,
+            clock or SystemClock(),
+            registry if registry is not None else Registry.default(),
+            Serializer.of(converter),
+            interceptors,
+        )
+        self._starter = RunStarter(core)
+        self._steering = RunSteering(core)
+        self._history = RunHistory(core)
+        self._deriver = RunDeriver(core)
+        self._events = EventSender(core, self._starter)
+        self._queues = QueueReport(core)
+        self._schedules = Schedules(core)
+        self._exporter = Exporter(core)
 
-    # -- starting -----------------------------------------------------------
+    # What the client was made with; every part reads it from the core, so setting
+    # one here changes it for all of them.
+
+    @property
+    def store(self) -> Store:
+        """Where runs live."""
+        return self._core.store
+
+    @store.setter
+    def store(self, store: Store) -> None:
+        self._core.store = store
+
+    @property
+    def authorizer(self) -> Authorizer | None:
+        """Who may do what (None: anyone may do anything)."""
+        return self._core.authorizer
+
+    @authorizer.setter
+    def authorizer(self, authorizer: Authorizer | None) -> None:
+        self._core.authorizer = authorizer
+
+    @property
+    def clock(self) -> Clock:
+        """The clock the client dates what it writes with."""
+        return self._core.clock
+
+    @clock.setter
+    def clock(self, clock: Clock) -> None:
+        self._core.clock = clock
+
+    @property
+    def registry(self) -> Registry:
+        """Where flow names are looked up."""
+        return self._core.registry
+
+    @registry.setter
+    def registry(self, registry: Registry) -> None:
+        self._core.registry = registry
+
+    @property
+    def serializer(self) -> Serializer:
+        """How values become JSON and back."""
+        return self._core.serializer
+
+    @serializer.setter
+    def serializer(self, serializer: Serializer) -> None:
+        self._core.serializer = serializer
+
+    @property
+    def interceptors(self) -> list[Interceptor]:
+        """The hooks `start` calls around creating a run."""
+        return self._core.interceptors
+
+    @interceptors.setter
+    def interceptors(self, interceptors: list[Interceptor]) -> None:
+        self._core.interceptors = interceptors
+
+    # -- starting -----------------------------------------------------------------
 
     async def start(
         self,
@@ -141,77 +214,18 @@ class Client(History, Lineages, EventSending, Queuing, ScheduleClient, Exporting
             QueueFull: the queue holds its ``Queue(max_pending=...)`` ready runs
                 (the queue as declared in the client's registry); nothing was written.
         """
-        handle, _ = await self._start(
+        handle, _ = await self._starter.start(
             flow, args, kwargs, run_id=run_id, priority=priority, queue=queue,
             tenant_id=tenant_id, options=options, concurrency_key=concurrency_key,
             start_at=start_at, start_in=start_in,
         )  # fmt: skip
         return handle
 
-    async def _start(
-        self, flow: Callable[..., Any] | str, args: tuple[Any, ...], kwargs: dict[str, Any], *,
-        run_id: str | None, priority: int = 0, queue: str | None = None,
-        tenant_id: str | None = None, options: RunOptions | None = None,
-        cause: dict[str, Any] | None = None, concurrency_key: str | None = None,
-        start_at: datetime | None = None, start_in: float | timedelta | None = None,
-    ) -> tuple[RunHandle, bool]:  # fmt: skip
-        """`start`, also saying whether it created the run; `cause` joins the
-        ``run.created`` event's data (e.g. the event that started it)."""
-        fd = self._flow_def(flow)
-        run_id = check_new_run_id(run_id if run_id is not None else str(uuid.uuid4()), "run_id")
-        create = functools.partial(
-            self._create, fd, args, kwargs, run_id=run_id, priority=priority, queue=queue,
-            tenant_id=tenant_id, cause=cause, concurrency_key=concurrency_key,
-            start_at=start_at, start_in=start_in,
-        )  # fmt: skip
-        if not self.interceptors:
-            return await create(options)
-        name = fd.name if isinstance(fd, FlowDef) else fd
-        for hook in self.interceptors:
-            options = hook.run_starting(name, run_id, options or RunOptions())
-        error: BaseException | None = None
-        try:
-            return await create(options)
-        except BaseException as exc:
-            error = exc
-            raise
-        finally:
-            for hook in reversed(self.interceptors):
-                hook.run_started(run_id, error)
-
-    async def _create(
-        self, fd: FlowDef | str, args: tuple[Any, ...], kwargs: dict[str, Any],
-        options: RunOptions | None, *, run_id: str, priority: int, queue: str | None,
-        tenant_id: str | None, cause: dict[str, Any] | None, concurrency_key: str | None,
-        start_at: datetime | None, start_in: float | timedelta | None,
-    ) -> tuple[RunHandle, bool]:  # fmt: skip
-        queues = self.registry.queues()
-        new = new_run(
-            fd, args, kwargs, self.serializer, run_id=run_id, priority=priority, queue=queue,
-            tenant_id=tenant_id, options=options, now=self.clock.time(),
-            concurrency_key=concurrency_key, start_at=start_at, start_in=start_in, queues=queues,
-        )  # fmt: skip
-        declared = queues.get(new.queue)
-        try:
-            data = {"flow": new.flow, "queue": new.queue, "priority": priority, **(cause or {})}
-            outcome = await self.store.create_run(
-                new, dumps(data), max_pending=declared.max_pending if declared else None
-            )
-        except CorruptData as exc:  # the run id is taken by a damaged run
-            raise CorruptRecord(exc.run_id, exc.key, exc.detail) from None
-        if outcome.full is not None:
-            raise QueueFull(new.queue, outcome.full)
-        if outcome.conflict:
-            raise IdempotencyConflict(
-                f"run {run_id!r} already exists with different arguments or flow"
-            )
-        return RunHandle(self, run_id), outcome.created
-
-    # -- reading ----------------------------------------------------------------
+    # -- reading ------------------------------------------------------------------
 
     async def get(self, run_id: str) -> RunRecord:
         """The run's record. Raises `RunNotFound` for an unknown id."""
-        return self._record(await self._stored(run_id))
+        return self._core.record(await self._core.stored(run_id))
 
     async def list_runs(
         self, status: RunStatus | str | None = None, flow: Callable[..., Any] | str | None = None,
@@ -236,16 +250,32 @@ class Client(History, Lineages, EventSending, Queuing, ScheduleClient, Exporting
         )
         name = None
         if flow is not None:
-            fd = self._flow_def(flow)
+            fd = self._core.flow_def(flow)
             name = fd.name if isinstance(fd, FlowDef) else fd
 
         async def read(of: RunStatus | None, n: int) -> list[RunRecord]:
-            found = await self.store.list_runs(of, name, n, parent_run_id=parent_run_id)
-            return [self._record(s) for s in found]
+            found = await self._core.store.list_runs(of, name, n, parent_run_id=parent_run_id)
+            return [self._core.record(s) for s in found]
 
         if kind is None:
             return await read(st, limit)
         return await runs_waiting_on(read, kind, st, limit)
+
+    def handle(self, run_id: str) -> RunHandle:
+        """A handle on an existing run (no round trip)."""
+        return RunHandle(self._core, check_id(run_id, "run_id"))
+
+    async def workers(self) -> list[WorkerInfo]:
+        """The workers alive on this store and prefix, from their heartbeats.
+
+        A worker serving (`Worker.run`, ``steadyflow worker``) renews its
+        registration every third of its lease TTL and drops it when it stops;
+        one that died counts as alive until its last registration expires
+        (one lease TTL).
+        """
+        return await self._core.workers()
+
+    # -- steering -----------------------------------------------------------------
 
     async def signal(
         self, run_id: str, name: str, payload: Any = None, *,
@@ -258,67 +288,19 @@ class Client(History, Lineages, EventSending, Queuing, ScheduleClient, Exporting
         duplicate). Raises `InvalidTransition` for a new signal to a terminal
         run (nothing is written) and `RunNotFound` for an unknown one.
         """
-        check_id(run_id, "run_id")
-        check_name(name, "signal name")
-        check_optional_id(dedup_id, "dedup_id")
-        check_optional_id(actor, "actor")
-        await self._authorize(actor, "signal", run_id)
-        data = self._payload(payload, f"payload of signal {name!r}")
-        event = {"name": name, "dedup_id": dedup_id, "actor": actor}
-        # A connection retry can run the signal script twice; an id of our own
-        # makes the second run a no-op. "Already seen" then means delivered.
-        reply = await self.store.signal(
-            run_id, Mailbox(name), dumps(data), dedup_id or f"~{uuid.uuid4().hex}",
-            now=self.clock.time(), event_data=dumps(event),
-        )  # fmt: skip
-        if isinstance(reply, Refused):
-            raise refusal_error(run_id, reply)
-        return reply or dedup_id is None
+        return await self._steering.signal(run_id, name, payload, dedup_id, actor)
 
     async def approve(
         self, run_id: str, name: str, *, actor: str, reason: str | None = None, payload: Any = None
     ) -> bool:
         """Approve the human wait `name`: its `wait_for` returns a `Decision(approved=True)`."""
-        return await self._decide(run_id, name, True, actor, reason, payload, "approve")
+        return await self._steering.decide(run_id, name, True, actor, reason, payload, "approve")
 
     async def deny(
         self, run_id: str, name: str, *, actor: str, reason: str | None = None, payload: Any = None
     ) -> bool:
         """Deny the human wait `name`: its `wait_for` returns a `Decision(approved=False)`."""
-        return await self._decide(run_id, name, False, actor, reason, payload, "deny")
-
-    async def _decide(
-        self, run_id: str, name: str, approved: bool, actor: str, reason: str | None,
-        payload: Any, action: str,
-    ) -> bool:  # fmt: skip
-        check_id(run_id, "run_id")
-        check_id(name, "wait name")
-        check_id(actor, f"{action}(): actor")
-        check_text(reason, f"{action}(): reason", optional=True)
-        await self._authorize(actor, action, run_id)
-        data = self._payload(payload, f"payload of {action} {name!r}")
-        decision = converter.unstructure(Decision(approved, actor, reason, data))
-        event = {"name": name, "decision": action, "actor": actor, "reason": reason}
-        # A fresh dedup id: a retried script run is a no-op, not a second decision.
-        reply = await self.store.signal(
-            run_id, Mailbox(name, human=True), dumps(decision), f"~{uuid.uuid4().hex}",
-            now=self.clock.time(), event_data=dumps(event), decision_by=actor,
-        )  # fmt: skip
-        if isinstance(reply, Refused):
-            raise refusal_error(run_id, reply, what=name)
-        return True
-
-    def _payload(self, payload: Any, what: str) -> Any:
-        """A signal's or decision's payload as JSON data. `wait_for` returns it as
-        JSON gives it back, so a value that JSON would change is refused."""
-        data, tpath = self.serializer.encode(payload, None, what)
-        if tpath is not None:
-            raise SerializationError(
-                f"{what}: a {tpath.replace('builtins:', '')} would reach wait_for() as "
-                f"{type(data).__name__} {show(data, 60)}; send plain JSON data (dict, list, "
-                "str, int, float, bool, None) and rebuild your type in the flow"
-            )
-        return data
+        return await self._steering.decide(run_id, name, False, actor, reason, payload, "deny")
 
     async def cancel(
         self,
@@ -360,16 +342,7 @@ class Client(History, Lineages, EventSending, Queuing, ScheduleClient, Exporting
 
             await client.cancel(run_id, reason="customer left", grace=60)
         """
-        check_id(run_id, "run_id")
-        check_text(reason, "cancel(): reason")
-        check_optional_id(actor, "actor")
-        secs = seconds(grace, "cancel(): grace")
-        if secs < 0:
-            raise InvalidArgument(f"cancel(): grace must not be negative, got {grace!r:.80}")
-        await self._authorize(actor, "cancel", run_id)
-        said = {"reason": reason, "actor": actor}
-        refused = await cancel_run(self.store, run_id, reason, self.clock.time(), secs, said)
-        raise_refused(run_id, refused)
+        await self._steering.cancel(run_id, reason, actor, grace)
 
     async def resume(
         self,
@@ -409,36 +382,7 @@ class Client(History, Lineages, EventSending, Queuing, ScheduleClient, Exporting
 
             await client.resume(run_id, version="2024-06-01", actor="ops@example.com")
         """
-        check_id(run_id, "run_id")
-        if not isinstance(force, bool):
-            raise InvalidArgument(f"resume(): force must be a bool, got {force!r}")
-        check_optional_id(actor, "actor")
-        check_optional_id(version, "resume(): version")
-        authorized = await self._authorize(actor, "force_resume" if force else "resume", run_id)
-        stored = authorized or await self._stored(run_id)
-        discard = None
-        err = self._record(stored).error
-        if (
-            stored.status is RunStatus.FAILED
-            and err is not None
-            and err.reason != Reason.NON_DETERMINISM
-        ):
-            discard = err.step_key
-        said: dict[str, Any] = {"actor": actor, "from": stored.status.value, "force": force}
-        if version is not None:
-            said.update(version=version, from_version=stored.flow_version)
-        for _ in range(_REREADS):
-            rewind = None
-            if stored.status is RunStatus.CANCELED:
-                rewind = await read_rewind(self.store, run_id)
-            refused = await self.store.resume(
-                run_id, discard, now=self.clock.time(), event_data=dumps(said),
-                version=version, rewind=rewind,
-            )  # fmt: skip
-            if refused is None or refused.why is not Refusal.CHANGED:
-                break  # (changed: resumed and canceled again since it was read)
-        raise_refused(run_id, refused)
-        return RunHandle(self, run_id)
+        return await self._steering.resume(run_id, force, actor, version)
 
     async def delete(self, run_id: str, *, actor: str | None = None) -> None:
         """Delete a finished run and all of its data, at once and for good.
@@ -454,10 +398,254 @@ class Client(History, Lineages, EventSending, Queuing, ScheduleClient, Exporting
             RunNotFound: no such run.
             Forbidden: the authorizer refused ``delete`` (audited as ``auth.denied``).
         """
-        check_id(run_id, "run_id")
-        check_optional_id(actor, "actor")
-        await self._authorize(actor, "delete", run_id)
-        refused = await self.store.delete(
-            run_id, self.clock.time(), event_data=dumps({"reason": "deleted", "actor": actor})
+        await self._steering.delete(run_id, actor)
+
+    # -- history ------------------------------------------------------------------
+
+    async def events(
+        self, run_id: str, *, cursor: str | None = None, limit: int = 100
+    ) -> list[Event]:
+        """A page of the run's event log, oldest first.
+
+        Pass the last `Event.event_id` as `cursor` for the next page; every
+        event comes exactly once across pages. Raises `RunNotFound`, and
+        `CorruptRecord` when the log, or an entry of the page, cannot be read
+        (it names the entry: pass its id as `cursor` to read on after it).
+        """
+        return await self._history.events(run_id, cursor, limit)
+
+    async def checkpoints(self, run_id: str) -> list[Checkpoint]:
+        """The run's checkpoints, oldest first. Raises `RunNotFound`, and
+        `CorruptRecord` when they cannot be read."""
+        return await self._history.checkpoints(run_id)
+
+    async def approvers(self, run_id: str) -> dict[str, tuple[str, ...]]:
+        """Who may decide the human waits the run is parked on: wait name -> the
+        actors its ``wait_for(..., human=True, approvers=[...])`` names. A human
+        wait without `approvers` is not listed (the client's `Authorizer` alone
+        decides it); empty when the run is not parked on one. Raises
+        `RunNotFound`, and `CorruptRecord` when they cannot be read."""
+        return await self._history.approvers(run_id)
+
+    async def intents(self, run_id: str) -> list[Intent]:
+        """The run's outbox intents (`emit`), in the order they were recorded, with
+        their delivery status. Raises `RunNotFound` (also for a deleted run)."""
+        return await self._history.intents(run_id)
+
+    async def follow(self, *, poll_timeout: float = 5.0) -> AsyncIterator[Event]:
+        """Every run's events as they happen (from now on), for dashboards and tools.
+
+        An endless async iterator; break out of it (or cancel the task) to stop.
+        Live only (Redis Pub/Sub): events published while no follower is
+        connected are not kept for it; each run's own log (`events`) is the
+        durable record, and the way to catch up.
+
+        Example::
+
+            async for event in client.follow():
+                print(event.run_id, event.type)
+        """
+        async with contextlib.aclosing(self._history.follow(poll_timeout)) as events:
+            async for event in events:
+                yield event
+
+    # -- replay and fork ----------------------------------------------------------
+
+    async def replay(
+        self,
+        run_id: str,
+        *,
+        checkpoint_id: str | None = None,
+        actor: str | None = None,
+        new_run_id: str | None = None,
+        children: str = "reuse",
+    ) -> RunHandle:
+        """Re-execute a run as a new run from one of its checkpoints (default: the first).
+
+        The source is never changed. The new run's journal holds the source's
+        records up to the checkpoint (replayed as they are); after it, each step
+        follows its `replay` policy: ``use_recorded_result`` reuses the source's
+        result (event ``side_effect.reused``; `IdempotencyConflict` if the step is
+        now called with other arguments), ``require_human`` waits for the
+        approval ``replay:{step_key}`` (a denial reuses the result),
+        ``reexecute`` runs it again. ``now()``/``uuid4()`` values are reused;
+        waits and sleeps wait again. Idempotency keys stay those of the lineage's
+        first run, so a re-executed side effect can be deduplicated remotely.
+        From the finish of a failed run, the failure that failed it is left out
+        (as `resume` discards it), so the failing call runs again.
+
+        `children` says what the new run does with the child runs the source
+        started: ``"reuse"`` (default) reuses a child that completed (none of
+        its steps runs again; the new run's handle is the source's child, and
+        ``result()`` returns its recorded result) and replays the others;
+        ``"replay"`` replays every child as a new child of the new run (its
+        recorded step results reused under their policies, its own children
+        under the same option); ``"rerun"`` starts every child afresh.
+        """
+        return await self._deriver.replay(run_id, checkpoint_id, actor, new_run_id, children)
+
+    async def fork(
+        self,
+        run_id: str,
+        *,
+        checkpoint_id: str | None = None,
+        actor: str | None = None,
+        new_run_id: str | None = None,
+        children: str = "reuse",
+        **options: Any,
+    ) -> RunHandle:
+        """Like `replay`, from a checkpoint (default: the head), with other options.
+
+        Options: ``queue``, ``priority``, ``tenant_id``, ``flow_version``,
+        ``retry`` (a `RetryPolicy` replacing the flow's default), and the
+        `RunOptions` fields ``environment``, ``thread_id``, ``trace_id``,
+        ``versions``, ``policy_snapshot_id``. With an authorizer, the actor needs
+        ``fork``, and the authorizer's optional ``can_fork(actor, run, options)``
+        (the environment's policy) must not refuse the changed options.
+        """
+        return await self._deriver.fork(run_id, checkpoint_id, actor, new_run_id, children, options)
+
+    # -- events -------------------------------------------------------------------
+
+    async def send_event(
+        self, name: str, data: Any = None, *, event_id: str | None = None,
+        actor: str | None = None,
+    ) -> list[str]:  # fmt: skip
+        """Send the event `name`: deliver it to every run whose ``wait_for_event(name,
+        match=...)`` is listening with a filter `data` satisfies, and start one run
+        of each ``@flow(on_event=name)`` flow this client's registry knows.
+
+        It reads the filters in use for `name` and the runs listening with the
+        ones `data` satisfies (one round trip per partition each), then
+        delivers to each of those runs in a call of its own (concurrently). A
+        wait that began after the event was sent does not get it.
+
+        Args:
+            name: the event's name.
+            data: its data: a JSON object (field -> value; ``wait_for_event``
+                filters match its top-level fields) or None. Anything else (a
+                string, a number, a list) no filter could match: `InvalidArgument`.
+            event_id: de-duplicates: an event id reaches each listening wait at
+                most once, and starts each ``on_event`` flow at most once (run id
+                ``f"{flow name}:{event_id}"``), so sending it again (a retried
+                webhook, or a send cut short by a crash) delivers only what the
+                first send did not. Default: a new random id.
+            actor: who sends; required with an authorizer, which is asked for
+                ``send_event`` on each run the event would reach (a refused run
+                does not get it and logs ``auth.denied``).
+
+        Returns:
+            The ids of the runs this call delivered the event to (sorted), then
+            of the runs it started. A repeated event id returns only what is new.
+
+        Example::
+
+            await client.send_event("payment.succeeded", {"order_id": "o-42", "amount": 30},
+                                    event_id=webhook_delivery_id)
+        """
+        return await self._events.send_event(name, data, event_id, actor)
+
+    # -- queues and schedules -----------------------------------------------------
+
+    async def queues(self) -> list[QueueInfo]:
+        """Every queue that has had runs, and every queue declared in the client's
+        registry, by name: ready runs, executing runs, limits, the limit holding
+        runs back now, and the age of the oldest ready run.
+
+        Example::
+
+            for q in await client.queues():
+                print(q.name, q.pending, q.executing, q.limited_by)
+        """
+        return await self._queues.queues()
+
+    async def create_schedule(
+        self,
+        schedule_id: str,
+        flow: Callable[..., Any] | str,
+        *,
+        cron: str,
+        args: tuple[Any, ...] | list[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+        tz: str = "UTC",
+        overlap: str = "skip",
+        catchup: timedelta | None = None,
+    ) -> ScheduleInfo:
+        """Run `flow` on a cron schedule: each tick starts one run, with the tick time
+        (an aware datetime with the schedule's UTC offset) as its first argument,
+        then `args` and `kwargs`. Workers that serve the flow fire the ticks.
+
+        Creating the same schedule again (same id and definition) changes nothing;
+        the same id with another definition raises `IdempotencyConflict` (delete
+        it first). See `sdk.scheduled` for `tz`, `overlap` and `catchup`.
+
+        Example::
+
+            await client.create_schedule("nightly", report, cron="30 2 * * *",
+                                         tz="Europe/Paris", args=("eu",))
+        """
+        return await self._schedules.create(
+            schedule_id, flow, cron, args, kwargs, tz, overlap, catchup
         )
-        raise_refused(run_id, refused)
+
+    async def pause_schedule(self, schedule_id: str) -> ScheduleInfo:
+        """Stop firing ticks until `resume_schedule` (a buffered tick is dropped;
+        a run in progress goes on). Raises `ScheduleNotFound`."""
+        return await self._schedules.pause(schedule_id)
+
+    async def resume_schedule(self, schedule_id: str) -> ScheduleInfo:
+        """Fire ticks again, from the first tick after now: ticks that came while it
+        was paused are not caught up. Raises `ScheduleNotFound`."""
+        return await self._schedules.resume(schedule_id)
+
+    async def delete_schedule(self, schedule_id: str) -> None:
+        """Delete the schedule (its runs are kept). Raises `ScheduleNotFound`. A
+        ``@scheduled`` flow's schedule is created again by the next worker that
+        starts serving the flow."""
+        await self._schedules.delete(schedule_id)
+
+    async def list_schedules(self) -> list[ScheduleInfo]:
+        """Every schedule, oldest first."""
+        return await self._schedules.list_all()
+
+    async def trigger_schedule(self, schedule_id: str) -> RunHandle:
+        """Start a run of the schedule now (also when paused; the overlap policy does
+        not apply), with now as its tick time. The next pass of a worker serving
+        the flow starts it (workers are woken); the handle's run id is
+        ``f"{schedule_id}@{now}"``. Raises `ScheduleNotFound`."""
+        return await self._schedules.trigger(schedule_id)
+
+    # -- export -------------------------------------------------------------------
+
+    async def export(self, run_id: str, *, redact: Redact | None = None) -> dict[str, Any]:
+        """A run's record, journal, checkpoints and events, as JSON-able data.
+
+        ``json.dumps`` of the result is the file ``testing.replay`` reads back
+        (see docs/changing-flows.md, "Replaying production journals"). Payloads
+        (the start arguments, the result and error, step results, signal
+        payloads, error messages, event data) are kept as they are, unless
+        `redact` is given: it is called as ``redact(path, value)`` on every leaf
+        (string, number, bool, null) of every payload, and its return value
+        (JSON data) takes the leaf's place. `path` says where the leaf sits,
+        e.g. ``("journal", "charge#1", "value", "email")``,
+        ``("args", "args", 0)``, ``("record", "result", "note")``,
+        ``("events", "1700000000000-0", "data", "payload", "email")``. Keys of
+        dicts are kept. To keep an export replayable, return a value of the same
+        type (a masked string for a string): the current code decodes it.
+
+        Archived generations of a run that continued as new are not included
+        (they are finished and never replay); export one by its own id,
+        ``f"{run_id}~g{n}"``.
+
+        Raises `RunNotFound` for an unknown (or deleted) run, and
+        `CorruptRecord` when its stored data cannot be read.
+
+        Example::
+
+            def mask(path, value):
+                return "***" if path[-1] == "email" else value
+
+            exported = await client.export("checkout-A-1", redact=mask)
+            Path("checkout-A-1.json").write_text(json.dumps(exported, indent=1))
+        """
+        return await self._exporter.export(run_id, redact)

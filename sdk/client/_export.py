@@ -17,16 +17,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sdk._core._checks import check_id, show
 from sdk._core._serde import converter, dumps, loads
-from sdk.client._clientbase import ClientBase
 from sdk.client._runs import run_record
 from sdk.errors import CorruptRecord, InvalidArgument, RunNotFound
 from sdk.store import CorruptData, StoredEvent
 
-__all__ = ["EXPORT_FORMAT", "EXPORT_MARKER", "Exporting", "Redact"]
+if TYPE_CHECKING:
+    from sdk.client._clientcore import ClientCore
+
+__all__ = ["EXPORT_FORMAT", "EXPORT_MARKER", "Exporter", "Redact"]
 
 #: The export's format version (its ``"format"``); a reader refuses a newer one.
 EXPORT_FORMAT = 1
@@ -40,45 +42,21 @@ _PAGE = 1000
 _LEAF = (str, int, float, bool, type(None))
 
 
-class Exporting(ClientBase):
+class Exporter:
     """`Client.export`."""
 
-    async def export(self, run_id: str, *, redact: Redact | None = None) -> dict[str, Any]:
-        """A run's record, journal, checkpoints and events, as JSON-able data.
+    __slots__ = ("_core",)
 
-        ``json.dumps`` of the result is the file ``testing.replay`` reads back
-        (see docs/changing-flows.md, "Replaying production journals"). Payloads
-        (the start arguments, the result and error, step results, signal
-        payloads, error messages, event data) are kept as they are, unless
-        `redact` is given: it is called as ``redact(path, value)`` on every leaf
-        (string, number, bool, null) of every payload, and its return value
-        (JSON data) takes the leaf's place. `path` says where the leaf sits,
-        e.g. ``("journal", "charge#1", "value", "email")``,
-        ``("args", "args", 0)``, ``("record", "result", "note")``,
-        ``("events", "1700000000000-0", "data", "payload", "email")``. Keys of
-        dicts are kept. To keep an export replayable, return a value of the same
-        type (a masked string for a string): the current code decodes it.
+    def __init__(self, core: ClientCore) -> None:
+        self._core = core
 
-        Archived generations of a run that continued as new are not included
-        (they are finished and never replay); export one by its own id,
-        ``f"{run_id}~g{n}"``.
-
-        Raises `RunNotFound` for an unknown (or deleted) run, and
-        `CorruptRecord` when its stored data cannot be read.
-
-        Example::
-
-            def mask(path, value):
-                return "***" if path[-1] == "email" else value
-
-            exported = await client.export("checkout-A-1", redact=mask)
-            Path("checkout-A-1.json").write_text(json.dumps(exported, indent=1))
-        """
+    async def export(self, run_id: str, redact: Redact | None) -> dict[str, Any]:
         check_id(run_id, "run_id")
         if redact is not None and not callable(redact):
             raise InvalidArgument(f"export(): redact must be callable, got {show(redact)}")
+        store = self._core.store
         try:
-            source = await self.store.read_lineage(run_id)  # record and journal, read once
+            source = await store.read_lineage(run_id)  # record and journal, read once
         except CorruptData as e:
             raise CorruptRecord(e.run_id, e.key, e.detail) from None
         if source is None:
@@ -87,7 +65,7 @@ class Exporting(ClientBase):
         cursor: str | None = None
         try:
             while True:  # every page of the log
-                page = await self.store.events(run_id, cursor, _PAGE)
+                page = await store.events(run_id, cursor, _PAGE)
                 events.extend(page)
                 if len(page) < _PAGE:
                     break
@@ -102,11 +80,11 @@ class Exporting(ClientBase):
             event_data = [loads(e.data) if e.data else None for e in events]
             retry = loads(stored.retry) if stored.retry else None
         except ValueError as e:
-            raise CorruptRecord(run_id, self.store.key_of(run_id, "journal"), str(e)) from None
+            raise CorruptRecord(run_id, store.key_of(run_id, "journal"), str(e)) from None
         data: dict[str, Any] = {
             EXPORT_MARKER: "run",
             "format": EXPORT_FORMAT,
-            "exported_at": datetime.fromtimestamp(self.clock.time(), UTC).isoformat(),
+            "exported_at": datetime.fromtimestamp(self._core.clock.time(), UTC).isoformat(),
             "run_id": run_id,
             "record": converter.unstructure(run_record(stored)),
             "args": args,

@@ -1,59 +1,57 @@
-"""A run's history, as a client reads it: events, checkpoints, outbox intents, the live feed."""
+"""A run's history, as a client reads it: events, checkpoints, approvers, outbox
+intents, the live feed (`RunHistory`)."""
 
 from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncGenerator
+from typing import TYPE_CHECKING, Any
 
 from sdk._core._checks import check_count, check_id, check_seconds, show
 from sdk._core._serde import loads
 from sdk._core._types import Checkpoint, Event, RunStatus
-from sdk.client._clientbase import ClientBase
 from sdk.client._runs import error_info, timestamp
 from sdk.errors import CorruptRecord, InvalidArgument, RunNotFound
 from sdk.model._channels import Intent, IntentStatus
 from sdk.store import CorruptData, Store, StoredEvent, StoredIntent
 
-__all__ = ["History"]
+if TYPE_CHECKING:
+    from sdk.client._clientcore import ClientCore
+
+__all__ = ["RunHistory"]
 
 _EVENT_ID = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
 
 
-class History(ClientBase):
-    """`Client.events`, `checkpoints`, `intents` and `follow`."""
+class RunHistory:
+    """`Client.events`, `checkpoints`, `approvers`, `intents` and `follow`."""
 
-    async def events(
-        self, run_id: str, *, cursor: str | None = None, limit: int = 100
-    ) -> list[Event]:
-        """A page of the run's event log, oldest first.
+    __slots__ = ("_core",)
 
-        Pass the last `Event.event_id` as `cursor` for the next page; every
-        event comes exactly once across pages. Raises `RunNotFound`, and
-        `CorruptRecord` when the log, or an entry of the page, cannot be read
-        (it names the entry: pass its id as `cursor` to read on after it).
-        """
+    def __init__(self, core: ClientCore) -> None:
+        self._core = core
+
+    async def events(self, run_id: str, cursor: str | None, limit: int) -> list[Event]:
         check_count(limit, "events(): limit")
         if cursor is not None and (not isinstance(cursor, str) or not _EVENT_ID.fullmatch(cursor)):
             raise InvalidArgument(
                 f"events(): cursor must be an event_id from this log (like '1700000000000-0'), "
                 f"got {show(cursor)}"
             )
-        stored = await self._stored(run_id)
+        store = self._core.store
+        stored = await self._core.stored(run_id)
         try:
-            raw = await self.store.events(run_id, cursor, limit)
+            raw = await store.events(run_id, cursor, limit)
             trace = stored.trace_id or run_id
-            return [_event(r, trace, stored.tenant_id, self.store, stored.schedule_id) for r in raw]
+            return [_event(r, trace, stored.tenant_id, store, stored.schedule_id) for r in raw]
         except CorruptData as e:  # the next page starts after the entry it names
             raise CorruptRecord(e.run_id, e.key, e.detail) from None
 
     async def checkpoints(self, run_id: str) -> list[Checkpoint]:
-        """The run's checkpoints, oldest first. Raises `RunNotFound`, and
-        `CorruptRecord` when they cannot be read."""
-        await self._stored(run_id)
+        await self._core.stored(run_id)
         try:
-            found = await self.store.checkpoints(run_id)
+            found = await self._core.store.checkpoints(run_id)
         except CorruptData as e:
             raise CorruptRecord(e.run_id, e.key, e.detail) from None
         return [
@@ -69,16 +67,11 @@ class History(ClientBase):
         ]
 
     async def approvers(self, run_id: str) -> dict[str, tuple[str, ...]]:
-        """Who may decide the human waits the run is parked on: wait name -> the
-        actors its ``wait_for(..., human=True, approvers=[...])`` names. A human
-        wait without `approvers` is not listed (the client's `Authorizer` alone
-        decides it); empty when the run is not parked on one. Raises
-        `RunNotFound`, and `CorruptRecord` when they cannot be read."""
-        stored = await self._stored(run_id)
+        stored = await self._core.stored(run_id)
         if stored.status is not RunStatus.WAITING_FOR_HUMAN:
             return {}  # what a past park named is kept until the next one
         try:
-            found = await self.store.approvers(run_id)
+            found = await self._core.store.approvers(run_id)
         except CorruptData as e:
             raise CorruptRecord(e.run_id, e.key, e.detail) from None
         return {
@@ -88,36 +81,23 @@ class History(ClientBase):
         }
 
     async def intents(self, run_id: str) -> list[Intent]:
-        """The run's outbox intents (`emit`), in the order they were recorded, with
-        their delivery status. Raises `RunNotFound` (also for a deleted run)."""
         check_id(run_id, "run_id")
         try:
-            rows = await self.store.intents(run_id)
+            rows = await self._core.store.intents(run_id)
         except CorruptData as e:
             raise CorruptRecord(e.run_id, e.key, e.detail) from None
         if rows is None:
             raise RunNotFound(run_id)
         return [_intent(run_id, row) for row in rows]
 
-    async def follow(self, *, poll_timeout: float = 5.0) -> AsyncIterator[Event]:
-        """Every run's events as they happen (from now on), for dashboards and tools.
-
-        An endless async iterator; break out of it (or cancel the task) to stop.
-        Live only (Redis Pub/Sub): events published while no follower is
-        connected are not kept for it; each run's own log (`events`) is the
-        durable record, and the way to catch up.
-
-        Example::
-
-            async for event in client.follow():
-                print(event.run_id, event.type)
-        """
+    async def follow(self, poll_timeout: float) -> AsyncGenerator[Event, None]:
         check_seconds(poll_timeout, "follow(): poll_timeout", positive=True)
+        store = self._core.store
         subscription: Any = None
         known: dict[str, tuple[str, str | None]] = {}  # run id -> (trace id, tenant id)
         try:
             while True:
-                raw, subscription = await self.store.follow(subscription, poll_timeout, 100)
+                raw, subscription = await store.follow(subscription, poll_timeout, 100)
                 task = asyncio.current_task()
                 if task is not None and task.cancelling():
                     # Python 3.11's asyncio.wait_for (inside redis-py) can swallow a
@@ -126,7 +106,7 @@ class History(ClientBase):
                     raise asyncio.CancelledError
                 new = sorted({r.run_id for r in raw} - known.keys())
                 if new:
-                    known.update(await self.store.correlation(new))
+                    known.update(await store.correlation(new))
                     if len(known) > 10_000:  # a bounded cache: forget the oldest half
                         for old in list(known)[:5_000]:
                             del known[old]
@@ -135,7 +115,7 @@ class History(ClientBase):
                     yield _event(r, trace, tenant)
         finally:
             if subscription is not None:
-                await self.store.unfollow(subscription)
+                await store.unfollow(subscription)
 
 
 def _intent(run_id: str, row: StoredIntent) -> Intent:

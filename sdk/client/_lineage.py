@@ -1,10 +1,10 @@
-"""Replay and fork: new runs that re-execute a run from one of its checkpoints."""
+"""Replay and fork: new runs that re-execute a run from one of its checkpoints (`RunDeriver`)."""
 
 from __future__ import annotations
 
 import hashlib
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sdk._core._checks import (
     PRIORITY_RANGE,
@@ -18,13 +18,16 @@ from sdk._core._checks import (
 from sdk._core._retry import RetryPolicy
 from sdk._core._serde import converter, dumps
 from sdk._core._types import EventType, Reason, RunOptions, RunStatus, Versions
-from sdk.client._clientbase import ClientBase, RunHandle
+from sdk.client._handle import RunHandle
 from sdk.client._runs import raise_refused, run_record
 from sdk.client._treecopy import CHILDREN, create_copies, plan_copy
 from sdk.errors import CorruptRecord, Forbidden, InvalidArgument, InvalidTransition, RunNotFound
 from sdk.store import CheckpointKind, CorruptData, Lineage, NewRun
 
-__all__ = ["FORK_OPTIONS", "Lineages"]
+if TYPE_CHECKING:
+    from sdk.client._clientcore import ClientCore
+
+__all__ = ["FORK_OPTIONS", "RunDeriver"]
 
 #: What a fork may change.
 FORK_OPTIONS = frozenset(
@@ -33,61 +36,24 @@ FORK_OPTIONS = frozenset(
 )  # fmt: skip
 
 
-class Lineages(ClientBase):
-    """`Client.replay` and `Client.fork`."""
+class RunDeriver:
+    """`Client.replay` and `Client.fork`: a new run from a checkpoint of another."""
+
+    __slots__ = ("_core",)
+
+    def __init__(self, core: ClientCore) -> None:
+        self._core = core
 
     async def replay(
-        self,
-        run_id: str,
-        *,
-        checkpoint_id: str | None = None,
-        actor: str | None = None,
-        new_run_id: str | None = None,
-        children: str = "reuse",
-    ) -> RunHandle:
-        """Re-execute a run as a new run from one of its checkpoints (default: the first).
-
-        The source is never changed. The new run's journal holds the source's
-        records up to the checkpoint (replayed as they are); after it, each step
-        follows its `replay` policy: ``use_recorded_result`` reuses the source's
-        result (event ``side_effect.reused``; `IdempotencyConflict` if the step is
-        now called with other arguments), ``require_human`` waits for the
-        approval ``replay:{step_key}`` (a denial reuses the result),
-        ``reexecute`` runs it again. ``now()``/``uuid4()`` values are reused;
-        waits and sleeps wait again. Idempotency keys stay those of the lineage's
-        first run, so a re-executed side effect can be deduplicated remotely.
-        From the finish of a failed run, the failure that failed it is left out
-        (as `resume` discards it), so the failing call runs again.
-
-        `children` says what the new run does with the child runs the source
-        started: ``"reuse"`` (default) reuses a child that completed (none of
-        its steps runs again; the new run's handle is the source's child, and
-        ``result()`` returns its recorded result) and replays the others;
-        ``"replay"`` replays every child as a new child of the new run (its
-        recorded step results reused under their policies, its own children
-        under the same option); ``"rerun"`` starts every child afresh.
-        """
+        self, run_id: str, checkpoint_id: str | None, actor: str | None,
+        new_run_id: str | None, children: str,
+    ) -> RunHandle:  # fmt: skip
         return await self._derive("replay", run_id, checkpoint_id, actor, new_run_id, {}, children)
 
     async def fork(
-        self,
-        run_id: str,
-        *,
-        checkpoint_id: str | None = None,
-        actor: str | None = None,
-        new_run_id: str | None = None,
-        children: str = "reuse",
-        **options: Any,
-    ) -> RunHandle:
-        """Like `replay`, from a checkpoint (default: the head), with other options.
-
-        Options: ``queue``, ``priority``, ``tenant_id``, ``flow_version``,
-        ``retry`` (a `RetryPolicy` replacing the flow's default), and the
-        `RunOptions` fields ``environment``, ``thread_id``, ``trace_id``,
-        ``versions``, ``policy_snapshot_id``. With an authorizer, the actor needs
-        ``fork``, and the authorizer's optional ``can_fork(actor, run, options)``
-        (the environment's policy) must not refuse the changed options.
-        """
+        self, run_id: str, checkpoint_id: str | None, actor: str | None,
+        new_run_id: str | None, children: str, options: dict[str, Any],
+    ) -> RunHandle:  # fmt: skip
         unknown = set(options) - FORK_OPTIONS
         if unknown:
             raise InvalidArgument(
@@ -122,18 +88,19 @@ class Lineages(ClientBase):
         check_optional_id(actor, "actor")
         check_optional_id(new_run_id, "new_run_id")
         _check_fork_options(options)
+        core = self._core
         try:
-            source = await self.store.read_lineage(run_id)  # the run, read once
+            source = await core.store.read_lineage(run_id)  # the run, read once
         except CorruptData as e:  # a damaged source is not copied
             raise CorruptRecord(e.run_id, e.key, e.detail) from None
         if source is None:
             raise RunNotFound(run_id)
-        await self._authorize(actor, kind, run_id, source.run)
+        await core.authorize(actor, kind, run_id, source.run)
         rec = run_record(source.run)
-        if options and self.authorizer is not None:
-            can_fork = getattr(self.authorizer, "can_fork", None)
+        if options and core.authorizer is not None:
+            can_fork = getattr(core.authorizer, "can_fork", None)
             if can_fork is not None and not can_fork(actor, rec, dict(options)):
-                await self._audit_denied(
+                await core.audit_denied(
                     run_id, {"actor": actor, "action": "fork", "options": sorted(options)}
                 )
                 raise Forbidden(f"{actor!r} may not fork run {run_id!r} with {sorted(options)}")
@@ -163,14 +130,14 @@ class Lineages(ClientBase):
             else None
         )
         new = self._new_run(kind, source, rec.flow, str(wanted), new_run_id, options)
-        copy = await plan_copy(self.store, source, chosen.seq, dropped, children, new.run_id)
+        copy = await plan_copy(core.store, source, chosen.seq, dropped, children, new.run_id)
         event = {
             "source_run_id": run_id, "source_checkpoint_id": str(wanted), "actor": actor,
             "options": sorted(options),
         }  # fmt: skip
         if children != "reuse":
             event["children"] = children
-        refused = await self.store.derive_run(
+        refused = await core.store.derive_run(
             new, copy.seed, sorted(copy.lineage.items()),
             EventType.RUN_REPLAYED if kind == "replay" else EventType.RUN_FORKED, dumps(event),
             copy.mail,
@@ -178,8 +145,8 @@ class Lineages(ClientBase):
         raise_refused(new.run_id, refused)
         # the children its journal names whose outcome it must wait for: after it, so
         # that their end finds their parent
-        await create_copies(self.store, copy.children, new, self.registry)
-        return self.handle(new.run_id)
+        await create_copies(core.store, copy.children, new, core.registry)
+        return RunHandle(core, new.run_id)
 
     def _new_run(
         self,
@@ -198,11 +165,12 @@ class Lineages(ClientBase):
         priority = options.get("priority", rec.priority)
         queue = options.get("queue", rec.queue)
         version = options.get("flow_version", rec.flow_version)
-        fd = self.registry.find_version(flow, version) or self.registry.find_flow(flow)
+        registry = self._core.registry
+        fd = registry.find_version(flow, version) or registry.find_flow(flow)
         return NewRun(
             new_id, flow, version, run.args,
             hashlib.sha256(f"{kind}\n{run.run_id}\n{wanted}\n{new_id}".encode()).hexdigest(),
-            queue, priority, options.get("tenant_id", rec.tenant_id), self.clock.time(),
+            queue, priority, options.get("tenant_id", rec.tenant_id), self._core.clock.time(),
             thread_id=options.get("thread_id", rec.thread_id),
             trace_id=options.get("trace_id"),
             environment=options.get("environment", rec.environment),

@@ -2,28 +2,29 @@
 
 from __future__ import annotations
 
-from sdk.client._clientbase import ClientBase
+from typing import TYPE_CHECKING
+
 from sdk.model._queues import QueueInfo, claim_limits
 
-__all__ = ["Queuing"]
+if TYPE_CHECKING:
+    from sdk.client._clientcore import ClientCore
+
+__all__ = ["QueueReport"]
 
 
-class Queuing(ClientBase):
-    """`queues`."""
+class QueueReport:
+    """`Client.queues`: the store's queue figures, with the client's declared queues."""
+
+    __slots__ = ("_core",)
+
+    def __init__(self, core: ClientCore) -> None:
+        self._core = core
 
     async def queues(self) -> list[QueueInfo]:
-        """Every queue that has had runs, and every queue declared in the client's
-        registry, by name: ready runs, executing runs, limits, the limit holding
-        runs back now, and the age of the oldest ready run.
-
-        Example::
-
-            for q in await client.queues():
-                print(q.name, q.pending, q.executing, q.limited_by)
-        """
-        declared = self.registry.queues()
-        now = self.clock.time()
-        stats = await self.store.queue_stats(
+        core = self._core
+        declared = core.registry.queues()
+        now = core.clock.time()
+        stats = await core.store.queue_stats(
             sorted(declared), claim_limits(declared.values(), {}), now
         )
         return [

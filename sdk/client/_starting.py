@@ -1,19 +1,23 @@
-"""What starting a run writes: the checks and the encoding `Client.start` and
-`start_child` share (`new_run`)."""
+"""Starting runs: `RunStarter`, the part of `Client` that creates them (its
+interceptors around one store write), and the checks and the encoding
+`Client.start` and `start_child` share (`new_run`)."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
-from collections.abc import Mapping
+import uuid
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sdk._core._checks import (
     PRIORITY_RANGE,
     check_id,
     check_int,
+    check_new_run_id,
     check_optional_id,
     check_options,
     show,
@@ -22,12 +26,86 @@ from sdk._core._clock import seconds
 from sdk._core._serde import converter, dumps, loads
 from sdk._core._types import RunOptions, Versions
 from sdk._core._values import Serializer
-from sdk.errors import InvalidArgument
+from sdk.client._handle import RunHandle
+from sdk.errors import CorruptRecord, IdempotencyConflict, InvalidArgument, QueueFull
 from sdk.model._flowdef import FlowDef, encode_call
 from sdk.model._queues import Queue
-from sdk.store import NewRun
+from sdk.store import CorruptData, NewRun
 
-__all__ = ["new_run"]
+if TYPE_CHECKING:
+    from sdk.client._clientcore import ClientCore
+
+__all__ = ["RunStarter", "new_run"]
+
+
+class RunStarter:
+    """Creates runs: `Client.start`, and the ``on_event`` runs `Client.send_event` starts."""
+
+    __slots__ = ("_core",)
+
+    def __init__(self, core: ClientCore) -> None:
+        self._core = core
+
+    async def start(
+        self, flow: Callable[..., Any] | str, args: tuple[Any, ...], kwargs: dict[str, Any], *,
+        run_id: str | None, priority: int = 0, queue: str | None = None,
+        tenant_id: str | None = None, options: RunOptions | None = None,
+        cause: dict[str, Any] | None = None, concurrency_key: str | None = None,
+        start_at: datetime | None = None, start_in: float | timedelta | None = None,
+    ) -> tuple[RunHandle, bool]:  # fmt: skip
+        """`Client.start`, also saying whether it created the run; `cause` joins the
+        ``run.created`` event's data (e.g. the event that started it)."""
+        core = self._core
+        fd = core.flow_def(flow)
+        run_id = check_new_run_id(run_id if run_id is not None else str(uuid.uuid4()), "run_id")
+        create = functools.partial(
+            self._create, fd, args, kwargs, run_id=run_id, priority=priority, queue=queue,
+            tenant_id=tenant_id, cause=cause, concurrency_key=concurrency_key,
+            start_at=start_at, start_in=start_in,
+        )  # fmt: skip
+        if not core.interceptors:
+            return await create(options)
+        name = fd.name if isinstance(fd, FlowDef) else fd
+        for hook in core.interceptors:
+            options = hook.run_starting(name, run_id, options or RunOptions())
+        error: BaseException | None = None
+        try:
+            return await create(options)
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            for hook in reversed(core.interceptors):
+                hook.run_started(run_id, error)
+
+    async def _create(
+        self, fd: FlowDef | str, args: tuple[Any, ...], kwargs: dict[str, Any],
+        options: RunOptions | None, *, run_id: str, priority: int, queue: str | None,
+        tenant_id: str | None, cause: dict[str, Any] | None, concurrency_key: str | None,
+        start_at: datetime | None, start_in: float | timedelta | None,
+    ) -> tuple[RunHandle, bool]:  # fmt: skip
+        core = self._core
+        queues = core.registry.queues()
+        new = new_run(
+            fd, args, kwargs, core.serializer, run_id=run_id, priority=priority, queue=queue,
+            tenant_id=tenant_id, options=options, now=core.clock.time(),
+            concurrency_key=concurrency_key, start_at=start_at, start_in=start_in, queues=queues,
+        )  # fmt: skip
+        declared = queues.get(new.queue)
+        try:
+            data = {"flow": new.flow, "queue": new.queue, "priority": priority, **(cause or {})}
+            outcome = await core.store.create_run(
+                new, dumps(data), max_pending=declared.max_pending if declared else None
+            )
+        except CorruptData as exc:  # the run id is taken by a damaged run
+            raise CorruptRecord(exc.run_id, exc.key, exc.detail) from None
+        if outcome.full is not None:
+            raise QueueFull(new.queue, outcome.full)
+        if outcome.conflict:
+            raise IdempotencyConflict(
+                f"run {run_id!r} already exists with different arguments or flow"
+            )
+        return RunHandle(core, run_id), outcome.created
 
 
 def new_run(
