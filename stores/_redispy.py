@@ -268,7 +268,7 @@ class Lane:
         # redis-py's own, which does nothing while `_re_auth_token` is None
         self._re_auth_known = self._re_auth is getattr(AbstractConnection, "re_auth", None)
         # A connection class may take a command as its fields instead of RESP
-        # (`pack_fields`: an in-process server's, stores._fakeconn); its own hook.
+        # (`pack_fields`: an in-process server's, testing._fakeconn); its own hook.
         self._fields: Callable[[AbstractConnection, tuple[Any, ...]], Any] | None = getattr(
             cls, "pack_fields", None
         )
