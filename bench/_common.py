@@ -20,8 +20,8 @@ from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from stores._fakeconn import Fields
 from stores.redis import RedisStore
+from testing._fakeconn import Fields
 
 __all__ = [
     "DEFAULT_STORE",
@@ -275,7 +275,7 @@ def _counting_class(base: type, counter: Counter) -> type:
 
         async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
             counter.round_trips += 1
-            if isinstance(command, Fields):  # a memory:// command, not RESP (stores._fakelua)
+            if isinstance(command, Fields):  # a memory:// command, not RESP (testing._fakelua)
                 count(command[0], command[1] if len(command) > 1 else None)
             elif not self._packed_here:
                 # packed without pack_command: the store's script lane (one

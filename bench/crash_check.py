@@ -6,7 +6,7 @@ point (44: before and after each step, the wait and the sleep). One check is
 counted: what its store sends (client side, as `bench.roundtrips` counts:
 round trips per named script, in total and per run of the flow) and every
 Redis command its scripts run (``redis.call``, and how many of them the
-``memory://`` read and write lanes answered: `stores._fakelua`). The others are timed,
+``memory://`` read and write lanes answered: `testing._fakelua`). The others are timed,
 uncounted. The figure to read is CPU seconds (the check is one busy thread):
 on a shared machine the wall clock also counts the other processes' turns.
 ``--no-read-lane`` times the check with every command going through
@@ -32,9 +32,8 @@ if __package__ in (None, ""):  # run as a file: the repository root is not on th
 
 from bench._common import Counter, counting, emit
 from sdk import flow, sleep, step, wait_for
-from stores import _fakelua
 from stores.redis import RedisStore
-from testing import FlowTestEnv, check_crash_everywhere
+from testing import FlowTestEnv, _fakelua, check_crash_everywhere
 from testing._crashcheck import _Shared
 
 __all__ = ["add", "drive", "main", "measure", "timed", "twenty"]

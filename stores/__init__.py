@@ -4,13 +4,24 @@ from stores import open_store
 store = open_store("redis://localhost:6379/0")   # or rediss://, unix://, embedded://, memory://
 store = open_store("redis+cluster://10.0.0.1:7000,10.0.0.2:7000")   # Redis Cluster
 store = open_store()   # $STEADYFLOW_STORE and $STEADYFLOW_PREFIX, else the defaults below
+
+Stores of this package are opened here; a scheme whose store lives outside it
+is named in `ELSEWHERE`: the module that opens it, imported only when a URL of
+that scheme is opened, never with ``stores``. ``memory://`` is one: the Redis
+store on an in-process fakeredis server, whose adapter to fakeredis's
+internals (``testing._fakelua``) is the test kit's, on the kit's side of the
+seam, so the production stores hold nothing of fakeredis (fakeredis is in the
+``test`` extra only). The table is data, not a registry code fills at import:
+which module opens a scheme does not depend on what was imported before (an
+entry point would, too, on the package being installed).
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
 from sdk.store import Store
@@ -31,6 +42,30 @@ DEFAULT_URL = "redis://127.0.0.1:6379/0"
 # DEFAULT_URL); when none answers there, the embedded server (stores._embedded).
 DEFAULT_REDIS_VARIABLE = "STEADYFLOW_DEFAULT_REDIS"
 DEFAULT_PREFIX = "sf"
+
+
+class _Elsewhere(NamedTuple):
+    """A scheme whose store is opened by another package's module."""
+
+    #: Imported when a URL of the scheme is opened (not before).
+    module: str
+    #: Its function, called as ``opener(url, prefix=..., partitions=..., **kwargs)``.
+    opener: str
+    #: The optional dependency it needs (a top-level module) and the message
+    #: (an ImportError's) when that is not installed.
+    needs: str
+    missing: str
+
+
+#: The schemes whose stores live outside this package (see the module docstring).
+ELSEWHERE = {
+    "memory": _Elsewhere(
+        "testing._fakelua",
+        "open_memory",
+        "fakeredis",
+        "memory:// stores need fakeredis, from the test extra: pip install 'steadyflow[test]'",
+    ),
+}
 
 
 def open_store(
@@ -80,24 +115,8 @@ def open_store(
     if scheme in ("redis", "rediss", "unix", *CLUSTER_SCHEMES):
         return RedisStore.from_url(url, prefix=prefix, partitions=partitions, **kwargs)
     partitions = 1 if partitions is None else partitions
-    if scheme == "memory":
-        try:  # fakeredis is a test dependency: only memory:// needs it
-            from stores._fakelua import fake_server, memory_store
-        except ImportError as e:  # ImportError, as for any optional dependency (httpx does so)
-            if not (e.name or "").startswith("fakeredis"):
-                raise
-            raise ImportError(
-                "memory:// stores need fakeredis, from the test extra: "
-                "pip install 'steadyflow[test]'"
-            ) from e
-
-        # Only the store's own options apply: there is no connection to tune.
-        unknown = set(kwargs) - {"max_events_per_run"}
-        if unknown:
-            raise TypeError(f"memory:// takes no connection options, got {sorted(unknown)}")
-        # A server that compiles each script once, with the store's scripts
-        # loaded (see stores._fakelua): in-process speed for tests.
-        return memory_store(fake_server(), prefix=prefix, partitions=partitions, **kwargs)
+    if scheme in ELSEWHERE:
+        return _open_elsewhere(ELSEWHERE[scheme], url, prefix, partitions, kwargs)
     if scheme == "embedded":
         from stores._embedded import open_embedded
 
@@ -107,6 +126,22 @@ def open_store(
         f"unsupported store URL {url!r}: use redis://, rediss://, unix://, redis+cluster://, "
         "rediss+cluster://, embedded:// or memory://"
     )
+
+
+def _open_elsewhere(
+    where: _Elsewhere, url: str, prefix: str, partitions: int, kwargs: dict[str, Any]
+) -> RedisStore:
+    """A store of a scheme in `ELSEWHERE`: its module imported now, its opener called."""
+    try:  # the dependency is optional: only this scheme needs it
+        module = importlib.import_module(where.module)
+    except ImportError as e:  # ImportError, as for any optional dependency (httpx does so)
+        if not (e.name or "").startswith(where.needs):
+            raise
+        raise ImportError(where.missing) from e
+    store: RedisStore = getattr(module, where.opener)(
+        url, prefix=prefix, partitions=partitions, **kwargs
+    )
+    return store
 
 
 def _local_default() -> str:

@@ -20,8 +20,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisClusterException
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from stores._migrating import follow_asks
-from stores._redispy import READ_ERRORS
+from stores._redispy import READ_ERRORS, follow_asks
 
 __all__ = ["CLUSTER_SCHEMES", "DEFAULT_PARTITIONS", "EagerCluster", "cluster_clients", "nodes"]
 
@@ -70,7 +69,7 @@ class EagerCluster(RedisCluster):
 
     async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
         await self.initialize()
-        follow_asks(self)  # reads redirected by ASK keep their ASKING (stores._migrating)
+        follow_asks(self)  # reads redirected by ASK keep their ASKING (stores._redispy)
         return await super().execute_command(*args, **kwargs)
 
 

@@ -20,47 +20,29 @@ whole on the slot's one owner, or not at all. Outside a move the probe costs
 nothing (Redis looks keys up only for a slot being moved); a single Redis
 never checks ``KEYS``.
 
-Reads follow ``ASK`` in redis-py (``ASKING``, then the command, on the new
-master). redis-py's asyncio cluster client (up to 8.1 at least) sends the two
-on two different pooled connections when the node has several idle ones (it
-takes the oldest idle one each time): the command arrives without ``ASKING``
-and is answered ``MOVED`` back to the old master, which answers ``ASK``
-again, until the client gives up ("TTL exhausted"); with redis-py's default
-``reinitialize_steps`` it also closes all its connections every 5th ``MOVED``,
-failing every command in flight (the store's clients set it to 0:
-`stores._cluster.cluster_clients`).
-`follow_asks` makes a client's nodes hand out the connection used last, so
-the command goes on the connection that just sent ``ASKING`` (`run` applies
-it to the client of the scripts it runs).
+A call refused so is not followed to the new master but retried: `call`
+retries it with a short backoff, for up to `MOVE_WAIT` seconds, so
+operations on the moving slot wait for the end of its move. A move that never
+ends raises `SlotMoving`, naming the operation and its first key (a run's key
+holds the run id); it is a `redis.exceptions.TimeoutError`, so workers treat
+it as an outage (retry with backoff) rather than as a fault of the run.
 
-`run` sends a script call straight to its slot's owner and does not follow
-``ASK``/``TRYAGAIN`` (see its docstring); `call` retries the refused calls
-with a short backoff, for up to `MOVE_WAIT` seconds: operations on the moving
-slot wait for the end of its move. A move that never ends raises `SlotMoving`,
-naming the operation and its first key (a run's key holds the run id); it is
-a `redis.exceptions.TimeoutError`, so workers treat it as an outage (retry
-with backoff) rather than as a fault of the run.
+This module knows how Redis behaves while a slot moves; how redis-py's
+cluster client is made to send such a call (straight to the slot's owner,
+without following ``ASK``/``TRYAGAIN``) and to keep a redirected read on the
+connection that sent ``ASKING`` is in `stores._redispy` (`run_on_cluster`,
+`follow_asks`), the one module that knows redis-py's insides.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
-from redis.exceptions import (
-    AskError,
-    ClusterDownError,
-    ClusterError,
-    MovedError,
-    NoScriptError,
-    ResponseError,
-    TryAgainError,
-)
-from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import AskError, ClusterError, MovedError, ResponseError, TryAgainError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 __all__ = [
@@ -68,10 +50,8 @@ __all__ = [
     "SlotMoving",
     "call",
     "declared",
-    "follow_asks",
     "moving",
     "probe",
-    "run",
 ]
 
 T = TypeVar("T")
@@ -152,74 +132,3 @@ async def call(
                 ) from e
         await asyncio.sleep(pause * random.uniform(0.5, 1.0))
         pause = min(2 * pause, _CAP)
-
-
-class _LastUsedFirst(collections.deque):  # type: ignore[type-arg]
-    """A cluster node's idle connections, handed out most recently used first."""
-
-    def popleft(self) -> Any:
-        return self.pop()
-
-
-class _Nodes(dict):  # type: ignore[type-arg]
-    """A cluster client's node cache: a node added later gets the fix too."""
-
-    def __setitem__(self, name: Any, node: Any) -> None:
-        _last_used_first(node)
-        super().__setitem__(name, node)
-
-
-def _last_used_first(node: Any) -> None:
-    free = getattr(node, "_free", None)
-    if type(free) is collections.deque:
-        node._free = _LastUsedFirst(free, maxlen=free.maxlen)
-
-
-def follow_asks(client: Any) -> None:
-    """Make redis-py's asyncio cluster `client` send a command redirected by
-    ``ASK`` on the connection that sent its ``ASKING`` (see the module
-    docstring). Idempotent; does nothing to a client not built as expected."""
-    manager = getattr(client, "nodes_manager", None)
-    cache = getattr(manager, "nodes_cache", None)
-    if type(cache) is not dict:  # already done, or not redis-py's cluster client
-        return
-    for node in cache.values():
-        _last_used_first(node)
-    manager.nodes_cache = _Nodes(cache)  # type: ignore[union-attr]
-
-
-async def run(client: Any, script: Any, keys: Sequence[Any], args: Sequence[Any]) -> Any:
-    """``EVALSHA`` of `script` (redis-py's script object) on the Redis Cluster
-    `client`: its reply, or the error Redis answered; retried by `call` while
-    its slot moves. `keys` and `args` go as given (encoded by the caller).
-
-    The call goes to the slot's owner as the client knows it, and an ``ASK``
-    or ``TRYAGAIN`` answer is not followed but retried here: with the probe
-    key, the new master would answer ``TRYAGAIN`` anyway, and redis-py sends
-    its retry after a ``TRYAGAIN`` to the new master without ``ASKING``
-    (``MOVED`` back, the slot map flipped, and with redis-py's default
-    ``reinitialize_steps`` every 5th time all connections closed). ``MOVED``,
-    ``NOSCRIPT`` and connection errors go through redis-py's own path (it
-    refreshes the slot map, loads the script, reconnects).
-    """
-    # the slot map first: the call below goes to a node directly, not through the
-    # client's command path, which would read it (a no-op once known)
-    await client.initialize()
-    follow_asks(client)
-    all_keys = declared(keys)
-
-    async def attempt() -> Any:
-        node = client.get_node_from_key(all_keys[0]) if all_keys else None
-        if node is not None:
-            try:
-                return await node.execute_command(
-                    "EVALSHA", script.sha, len(all_keys), *all_keys, *args
-                )
-            except (
-                MovedError, NoScriptError, RedisConnectionError, RedisTimeoutError,
-                ClusterDownError,
-            ):  # fmt: skip
-                pass  # below
-        return await script(all_keys, args)
-
-    return await call(attempt, str(script.script), keys)

@@ -56,22 +56,34 @@ server still loading its data set) from every other error.
 any other (Redis Cluster, a single-connection client): a store works with any
 client redis-py has, only faster with some. Tested against the oldest and the
 newest redis-py ``pyproject.toml`` allows (``.ci/run``).
+
+**Redis Cluster.** What the other store modules need of redis-py's cluster
+client beyond its public calls is here too: a script call sent straight to
+its slot's owner while the slot may be moving (`run_on_cluster`, with the
+probe key and the retries of `stores._migrating`, which knows how Redis
+behaves during a move), an ``ASK``-redirected command kept on the connection
+that sent ``ASKING`` (`follow_asks`: a node's idle connections, ``_free``, and
+the client's node cache), a fresh read of the slot map (`reload_slot_map`) and
+a connection of one's own to a node, with its settings (`node_connection`,
+for `stores._sharded`). ``tests/test_adapters.py`` checks that no other module
+of ``stores`` reaches redis-py's private parts.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 import redis.asyncio as aioredis
-from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.connection import AbstractConnection, ConnectionPool
 from redis.commands.core import AsyncScript
+from redis.exceptions import ClusterDownError, MovedError, NoScriptError
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from stores import _migrating
@@ -81,8 +93,12 @@ __all__ = [
     "Lane",
     "RedisPyScripts",
     "ScriptRunner",
+    "follow_asks",
     "is_cluster",
+    "node_connection",
     "pack",
+    "reload_slot_map",
+    "run_on_cluster",
     "script_runner",
     "strict_args",
     "unavailable",
@@ -132,8 +148,8 @@ def script_runner(client: Any, *, size: int | None = None) -> ScriptRunner:
         or not isinstance(pool, ConnectionPool)
         or client.single_connection_client  # its lock would be bypassed
     ):
-        if is_cluster(client):  # its reads too follow ASK rightly (stores._migrating)
-            _migrating.follow_asks(client)
+        if is_cluster(client):  # its reads too follow ASK rightly (see `follow_asks`)
+            follow_asks(client)
         return RedisPyScripts()
     if size is None:
         size = max(1, min(64, pool.max_connections // 2))
@@ -146,11 +162,116 @@ class RedisPyScripts:
     async def run(self, script: AsyncScript, keys: Sequence[Any], args: Sequence[Any]) -> Any:
         client = script.registered_client
         if is_cluster(client):  # runs whole or not at all while its slot moves
-            return await _migrating.run(client, script, strict_args(keys), strict_args(args))
+            return await run_on_cluster(client, script, strict_args(keys), strict_args(args))
         return await script(strict_args(keys), strict_args(args))
 
     async def close(self) -> None:
         return None
+
+
+# -- Redis Cluster --------------------------------------------------------------
+#
+# Reads follow ASK in redis-py (``ASKING``, then the command, on the new
+# master). redis-py's asyncio cluster client (up to 8.1 at least) sends the two
+# on two different pooled connections when the node has several idle ones (it
+# takes the oldest idle one each time): the command arrives without ``ASKING``
+# and is answered ``MOVED`` back to the old master, which answers ``ASK``
+# again, until the client gives up ("TTL exhausted"); with redis-py's default
+# ``reinitialize_steps`` it also closes all its connections every 5th ``MOVED``,
+# failing every command in flight (the store's clients set it to 0:
+# `stores._cluster.cluster_clients`). `follow_asks` makes a client's nodes hand
+# out the connection used last, so the command goes on the connection that
+# just sent ``ASKING`` (`run_on_cluster` applies it to the client of the
+# scripts it runs).
+
+
+async def run_on_cluster(client: Any, script: Any, keys: Sequence[Any], args: Sequence[Any]) -> Any:
+    """``EVALSHA`` of `script` (redis-py's script object) on the Redis Cluster
+    `client`: its reply, or the error Redis answered; retried by
+    `stores._migrating.call` while its slot moves. `keys` and `args` go as given
+    (encoded by the caller); the call declares the slot's probe key too
+    (`stores._migrating.declared`).
+
+    The call goes to the slot's owner as the client knows it, and an ``ASK``
+    or ``TRYAGAIN`` answer is not followed but retried there: with the probe
+    key, the new master would answer ``TRYAGAIN`` anyway, and redis-py sends
+    its retry after a ``TRYAGAIN`` to the new master without ``ASKING``
+    (``MOVED`` back, the slot map flipped, and with redis-py's default
+    ``reinitialize_steps`` every 5th time all connections closed). ``MOVED``,
+    ``NOSCRIPT`` and connection errors go through redis-py's own path (it
+    refreshes the slot map, loads the script, reconnects).
+    """
+    # the slot map first: the call below goes to a node directly, not through the
+    # client's command path, which would read it (a no-op once known)
+    await client.initialize()
+    follow_asks(client)
+    all_keys = _migrating.declared(keys)
+
+    async def attempt() -> Any:
+        node = client.get_node_from_key(all_keys[0]) if all_keys else None
+        if node is not None:
+            try:
+                return await node.execute_command(
+                    "EVALSHA", script.sha, len(all_keys), *all_keys, *args
+                )
+            except (
+                MovedError, NoScriptError, RedisConnectionError, RedisTimeoutError,
+                ClusterDownError,
+            ):  # fmt: skip
+                pass  # below
+        return await script(all_keys, args)
+
+    return await _migrating.call(attempt, str(script.script), keys)
+
+
+class _LastUsedFirst(collections.deque):  # type: ignore[type-arg]
+    """A cluster node's idle connections, handed out most recently used first."""
+
+    def popleft(self) -> Any:
+        return self.pop()
+
+
+class _Nodes(dict):  # type: ignore[type-arg]
+    """A cluster client's node cache: a node added later gets the fix too."""
+
+    def __setitem__(self, name: Any, node: Any) -> None:
+        _last_used_first(node)
+        super().__setitem__(name, node)
+
+
+def _last_used_first(node: Any) -> None:
+    free = getattr(node, "_free", None)
+    if type(free) is collections.deque:
+        node._free = _LastUsedFirst(free, maxlen=free.maxlen)
+
+
+def follow_asks(client: Any) -> None:
+    """Make redis-py's asyncio cluster `client` send a command redirected by
+    ``ASK`` on the connection that sent its ``ASKING`` (see above). Idempotent;
+    does nothing to a client not built as expected."""
+    manager = getattr(client, "nodes_manager", None)
+    cache = getattr(manager, "nodes_cache", None)
+    if type(cache) is not dict:  # already done, or not redis-py's cluster client
+        return
+    for node in cache.values():
+        _last_used_first(node)
+    manager.nodes_cache = _Nodes(cache)  # type: ignore[union-attr]
+
+
+async def reload_slot_map(client: RedisCluster) -> None:
+    """Read the cluster `client`'s slot map afresh from its nodes (``initialize``
+    reads it only once)."""
+    await client.nodes_manager.initialize()
+
+
+def node_connection(node: ClusterNode, **overrides: Any) -> AbstractConnection:
+    """A new connection (not connected yet) to the cluster `node`, with the
+    node's connection class and settings (TLS, ACL user...) but `overrides`;
+    not one of the node's pool: the caller owns it."""
+    kwargs = dict(node.connection_kwargs)
+    kwargs.update(overrides)
+    conn: AbstractConnection = node.connection_class(**kwargs)
+    return conn
 
 
 class _Unusual(Exception):
@@ -268,7 +389,7 @@ class Lane:
         # redis-py's own, which does nothing while `_re_auth_token` is None
         self._re_auth_known = self._re_auth is getattr(AbstractConnection, "re_auth", None)
         # A connection class may take a command as its fields instead of RESP
-        # (`pack_fields`: an in-process server's, stores._fakeconn); its own hook.
+        # (`pack_fields`: an in-process server's, testing._fakeconn); its own hook.
         self._fields: Callable[[AbstractConnection, tuple[Any, ...]], Any] | None = getattr(
             cls, "pack_fields", None
         )

@@ -8,10 +8,13 @@ wake-up waits hold about as many connections as the cluster has masters.
 
 Why not redis-py's own: the oldest redis-py the project supports (5.3) has no
 sharded Pub/Sub on its asyncio cluster client, and the newest has it with its
-own reconnection rules. This adapter uses only what both have: the client's
-slot map (``get_node_from_key``, ``nodes_manager.initialize()``), and a node's
-connection class and settings (TLS, ACL user) for connections of its own,
-driven with ``send_command``/``read_response`` (STYLE rule 15).
+own reconnection rules. This module uses only what both have: the client's
+slot map (``get_node_from_key``, and a fresh read of it:
+`stores._redispy.reload_slot_map`), and connections of its own to a node, with
+the node's connection class and settings (TLS, ACL user:
+`stores._redispy.node_connection`), driven with ``send_command``/
+``read_response``. What of them is redis-py's insides is in `stores._redispy`,
+its one adapter (STYLE rule 15).
 
 What happens when the cluster changes:
 - a slot moves (resharding, failover): its node sends ``sunsubscribe`` for the
@@ -36,6 +39,7 @@ from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.exceptions import RedisClusterException, RedisError, ResponseError
 
 from sdk._core._tasks import cancel_and_wait
+from stores._redispy import node_connection, reload_slot_map
 
 __all__ = ["ShardedSubscriber"]
 
@@ -155,11 +159,9 @@ class ShardedSubscriber:
                 raise result
 
     async def _connect(self, node: ClusterNode) -> _Link:
-        kwargs = dict(node.connection_kwargs)
         # Its health check would PING and read the reply itself (the reader's);
         # a socket timeout would end a quiet subscription: neither here.
-        kwargs.update(health_check_interval=0, socket_timeout=None)
-        conn = node.connection_class(**kwargs)
+        conn = node_connection(node, health_check_interval=0, socket_timeout=None)
         await conn.connect()  # type: ignore[no-untyped-call]
         link = _Link(node.name, conn)
         self._links[node.name] = link
@@ -169,7 +171,7 @@ class ShardedSubscriber:
     async def _refresh(self) -> None:
         """Re-read the slot map (a node may be down: then it stays as it was)."""
         with contextlib.suppress(RedisError, RedisClusterException, OSError, TimeoutError):
-            await self._cluster.nodes_manager.initialize()
+            await reload_slot_map(self._cluster)
 
     # -- reading ---------------------------------------------------------------
 

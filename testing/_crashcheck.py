@@ -29,8 +29,8 @@ from sdk.errors import RunNotFound
 from sdk.model._intercept import ActivationInfo, Interceptor
 from sdk.model._registry import Registry
 from sdk.runtime._runtime import run_var
-from stores import _fakelua
 from stores.redis import RedisStore
+from testing import _fakelua
 from testing._clock import FakeClock
 from testing._env import FlowTestEnv
 
@@ -295,7 +295,7 @@ class _Shared:
     - One fakeredis server, emptied (``FLUSHALL``) before each run. What a
       flush leaves is what a new ``memory://`` server would have after
       loading the store's scripts: the script cache, and a Lua state whose
-      globals fakeredis checks after every script (`stores._fakelua`). So
+      globals fakeredis checks after every script (`testing._fakelua`). So
       the scripts are compiled once per check, not once per run.
     - One store on it, with its connections: a store keeps no state of a run
       (its data is all on the server), each run's env (client, worker) is

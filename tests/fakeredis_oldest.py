@@ -6,7 +6,7 @@ allows (the whole suite runs on it). This installs the lower bound of the
 redis-py, lupa and sortedcontainers serve) into a directory of its own
 (``.venv/fakeredis-<version>``, kept between runs) and runs, with that
 directory first on ``sys.path``, the adapter to fakeredis's internals
-(`stores._fakelua`), the store conformance suite on ``memory://``, and the
+(`testing._fakelua`), the store conformance suite on ``memory://``, and the
 crash-everywhere check (the heaviest user of ``memory://``). ~30 s.
 
     python -m tests.fakeredis_oldest [PYTEST ARGS...]

@@ -42,7 +42,7 @@ from redis.exceptions import AskError, ClusterError, MovedError, ResponseError, 
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from sdk import Client, RunStatus, Worker, current_run, flow, step, wait_for
-from stores import _migrating
+from stores import _migrating, _redispy
 from stores._keys import SUFFIX
 from stores._scripts import build_scripts
 from stores.redis import RedisStore
@@ -365,8 +365,8 @@ def test_a_redirected_command_goes_on_the_connection_that_sent_asking() -> None:
     client = RedisCluster(host="127.0.0.1", port=7000)
     node = ClusterNode("127.0.0.1", 7000)
     client.nodes_manager.nodes_cache[node.name] = node
-    _migrating.follow_asks(client)
-    _migrating.follow_asks(client)  # idempotent
+    _redispy.follow_asks(client)
+    _redispy.follow_asks(client)  # idempotent
     later = ClusterNode("127.0.0.1", 7001)  # a node found after (a failover, a new master)
     client.nodes_manager.nodes_cache[later.name] = later
     for n in (node, later):

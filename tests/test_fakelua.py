@@ -1,4 +1,4 @@
-"""`stores._fakelua`: memory:// servers compile each script once, and Lua means the same.
+"""`testing._fakelua`: memory:// servers compile each script once, and Lua means the same.
 
 Each behaviour is checked on a plain fakeredis server too, so the adapted one
 is held to what fakeredis itself does. `python -m tests.fakeredis_oldest`
@@ -19,9 +19,10 @@ import redis.exceptions
 from fakeredis import FakeServer
 from fakeredis.commands_mixins.scripting_mixin import ScriptingCommandsMixin
 
-from stores import _fakelua, open_store
-from stores._fakeconn import DIRECT, MemoryConnection
-from stores._fakelua import compiles_once, fake_server, preload
+from stores import open_store
+from testing import _fakelua
+from testing._fakeconn import DIRECT, MemoryConnection
+from testing._fakelua import compiles_once, fake_server, preload
 
 FRESH_LOCALS = """
 local seen = {}
@@ -116,7 +117,7 @@ async def test_an_error_reads_the_same_on_both_servers(client: fakeredis.FakeAsy
 
 
 def test_every_supported_fakeredis_keeps_a_lua_state_per_server() -> None:
-    assert compiles_once()  # else memory:// still works, only slower: see stores._fakelua
+    assert compiles_once()  # else memory:// still works, only slower: see testing._fakelua
 
 
 async def test_an_adapted_server_compiles_each_source_once() -> None:

@@ -12,9 +12,9 @@ from typing import Any, cast
 import pytest
 
 from sdk.store import RunStatus
-from stores._fakeconn import Fields
 from stores._keys import SUFFIX
 from stores.redis import RedisStore
+from testing._fakeconn import Fields
 from testing.conformance._support import (
     COMPLETED,
     GO,

@@ -1,8 +1,8 @@
-"""The read and write lanes of a ``memory://`` server's scripts (`stores._fakelua`).
+"""The read and write lanes of a ``memory://`` server's scripts (`testing._fakelua`).
 
 fakeredis answers a script's ``redis.call`` through the layers of a client's
 command; the lanes answer the store's commonest commands from fakeredis's
-own data and command bodies, the same answers sooner. `stores._fakelua`
+own data and command bodies, the same answers sooner. `testing._fakelua`
 puts them in front of its servers' ``redis.call`` and ``redis.pcall``; this
 module only builds them (`reads`, `writes`), each feature-tested against the
 fakeredis it runs on (None when that fakeredis keeps its data or commands

@@ -10,7 +10,7 @@ check, or whose socket is paused, killed or cut off goes through RESP as
 before (with its errors). Replies were never RESP: fakeredis queues them as
 objects.
 
-Part of the adapter to fakeredis's internals (`stores._fakelua`, whose
+Part of the adapter to fakeredis's internals (`testing._fakelua`, whose
 `memory_store` uses `MemoryConnection` when `DIRECT`).
 """
 

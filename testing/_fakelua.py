@@ -1,7 +1,12 @@
 """The one adapter to fakeredis's private scripting internals, for ``memory://`` stores.
 
-(With its two parts: `stores._fakelanes`, the read and write lanes, and
-`stores._fakeconn`, the connection that sends commands as fields.)
+(With its two parts: `testing._fakelanes`, the read and write lanes, and
+`testing._fakeconn`, the connection that sends commands as fields.)
+
+It is the test kit's side of the store seam, not part of the production
+stores: ``stores.open_store("memory://")`` imports this module only when
+such a URL is opened (its table of schemes that live outside ``stores``) and
+calls `open_memory`; fakeredis comes with the ``test`` extra only.
 
 fakeredis (with lupa) runs a store's Lua scripts in-process, and every store
 operation is a script. These habits of its cost more than the scripts do:
@@ -28,15 +33,15 @@ operation is a script. These habits of its cost more than the scripts do:
 keeps the compiled chunk (per server: a chunk belongs to its server's Lua
 state); whose global check lists, in Lua, only the globals fakeredis does not
 expect (`_NewGlobals`); whose scripts' common reads take a lane of their own
-(`stores._fakelanes.reads`: the same answers from fakeredis's own data and
+(`testing._fakelanes.reads`: the same answers from fakeredis's own data and
 helpers, anything unusual left to fakeredis) and whose writes a shorter one
-(`stores._fakelanes.writes`: fakeredis's own command methods, write-back and
+(`testing._fakelanes.writes`: fakeredis's own command methods, write-back and
 notifications, without its generic name lookup and argument conversion;
 HSET and ``XADD *`` with fakeredis's own bodies and no generic walk at all);
 and whose scripts' WATCH notices and wake-ups come once, as each script ends
 (`_quietly`). `preload()` puts a store's scripts in a server's script cache.
 `memory_store()` makes a store on it whose connections take a script call as
-its fields, without RESP (`stores._fakeconn.MemoryConnection`), and have no
+its fields, without RESP (`testing._fakeconn.MemoryConnection`), and have no
 socket timeout. Nothing else changes: a cached chunk is called afresh each
 time (its top-level locals are new on each call, as with ``execute``), errors
 read the same (a source that does not compile goes to ``execute``), and the
@@ -67,16 +72,16 @@ from typing import Any
 
 import fakeredis
 
-from stores._fakeconn import DIRECT as _DIRECT
-from stores._fakeconn import MemoryConnection as _MemoryConnection
-from stores._fakelanes import NO_LANE as _NO_LANE
-from stores._fakelanes import SLOW as _SLOW
-from stores._fakelanes import digits as _digits
-from stores._fakelanes import reads as _lane
-from stores._fakelanes import writes as _writes
 from stores.redis import RedisStore
+from testing._fakeconn import DIRECT as _DIRECT
+from testing._fakeconn import MemoryConnection as _MemoryConnection
+from testing._fakelanes import NO_LANE as _NO_LANE
+from testing._fakelanes import SLOW as _SLOW
+from testing._fakelanes import digits as _digits
+from testing._fakelanes import reads as _lane
+from testing._fakelanes import writes as _writes
 
-__all__ = ["compiles_once", "fake_server", "memory_store", "preload"]
+__all__ = ["compiles_once", "fake_server", "memory_store", "open_memory", "preload"]
 
 _RUNTIME = "_lua_runtime"  # fakeredis's attribute: the server's Lua state (lupa LuaRuntime)
 _EXPECTED = "_lua_expected_globals"  # fakeredis's attribute: the global names a script may see
@@ -380,6 +385,17 @@ def _digests() -> _Digests | None:
 def fake_server() -> fakeredis.FakeServer:
     """A new, empty fakeredis server for one ``memory://`` store."""
     return _Server() if compiles_once() else fakeredis.FakeServer()
+
+
+def open_memory(url: str, *, prefix: str, partitions: int, **options: Any) -> RedisStore:
+    """The store ``stores.open_store`` opens for a ``memory://`` `url`: the Redis
+    store on a new, empty server (`fake_server`) with its scripts loaded, for
+    in-process speed in tests. Only the store's own `options` apply
+    (``max_events_per_run``): there is no connection to tune."""
+    unknown = set(options) - {"max_events_per_run"}
+    if unknown:
+        raise TypeError(f"memory:// takes no connection options, got {sorted(unknown)}")
+    return memory_store(fake_server(), prefix=prefix, partitions=partitions, **options)
 
 
 def memory_store(server: fakeredis.FakeServer, **options: Any) -> RedisStore:
