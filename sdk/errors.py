@@ -38,7 +38,8 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from sdk._core._types import ErrorInfo, RunStatus
+    from sdk._core._types import ErrorInfo
+    from sdk.store._statuses import RunStatus
 
 __all__ = [
     "ChildFailed",

@@ -29,7 +29,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 #: The package itself is a lazy facade (PEP 562): a surface may read its version.
 FACADE = "sdk"
 #: Type-only imports allowed upward: the errors name the records they carry.
-TYPE_ONLY = {("sdk.errors", "sdk._core._types")}
+TYPE_ONLY = {("sdk.errors", "sdk._core._types"), ("sdk.errors", "sdk.store._statuses")}
 
 
 def layer_of(module: str) -> int | None:

@@ -88,6 +88,8 @@ def test_converter_must_be_a_serializer_or_a_cattrs_converter() -> None:
 def test_a_value_recorded_before_the_sdk_layout_moved_its_class_still_decodes() -> None:
     # A Decision (or a RunStatus) stored without an annotation names its class by
     # module; the SDK's modules moved (issue 29): the old names still resolve.
+    import importlib.util
+
     from sdk import Decision, RunStatus
     from sdk._core._serde import MOVED, find_loaded
 
@@ -98,5 +100,5 @@ def test_a_value_recorded_before_the_sdk_layout_moved_its_class_still_decodes() 
     assert old == Decision(True, "ada", "ok", None)
     assert find_loaded("stores._lifecycle:RunStatus") is RunStatus
     assert find_loaded("sdk._types:NoSuchThing") is None
-    assert all(new.startswith(("sdk.", "stores.")) for new in MOVED.values())
+    assert all(importlib.util.find_spec(new) is not None for new in MOVED.values())
     assert all(new not in MOVED for new in MOVED.values())  # one hop, no chains

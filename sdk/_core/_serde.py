@@ -152,7 +152,6 @@ MOVED = {
     "sdk._cancelling": "sdk.engine._cancelling",
     "sdk._checks": "sdk._core._checks",
     "sdk._client": "sdk.client._client",
-    "sdk._clientbase": "sdk.client._clientbase",
     "sdk._clock": "sdk._core._clock",
     "sdk._context": "sdk.runtime._runtime",
     "sdk._cursor": "sdk.engine._cursor",

@@ -11,7 +11,7 @@ import attrs
 
 # Statuses, checkpoint kinds and event types are the store protocol's (stores
 # write them too); the SDK exports them as its own.
-from sdk.store import CheckpointKind, EventType, RunStatus
+from sdk.store._statuses import CheckpointKind, EventType, RunStatus
 
 __all__ = [
     "Checkpoint",
