@@ -57,7 +57,7 @@ from sdk.engine._cancelling import Cancelling
 from sdk.engine._children import ChildOp
 from sdk.engine._cursor import ReplayCursor
 from sdk.engine._engine import Engine
-from sdk.engine._observing import Observing
+from sdk.engine._observing import Hooks
 from sdk.engine._ops import (
     EventWaitOp,
     Op,
@@ -83,7 +83,7 @@ __all__ = ["Activation"]
 log = logging.getLogger("steadyflow.worker")
 
 
-class Activation(Cancelling, Observing, Ahead, FlowCalls, Runtime):
+class Activation(Cancelling, Ahead, FlowCalls, Runtime):
     """Executes one claimed run until it parks, ends, or stops."""
 
     def __init__(
@@ -113,6 +113,7 @@ class Activation(Cancelling, Observing, Ahead, FlowCalls, Runtime):
             tree_root_run_id=stored.tree_root_run_id or stored.run_id,
         )  # fmt: skip
         self.log = log
+        self.hooks = Hooks(engine.interceptors, self.run_id, self.clock, self.abandon)
         self.cursor = ReplayCursor(self.run_id, flow.name, journal, stored.flow_version)
         # Mailboxes that held signals at claim time (None: unknown). A wait on
         # another one parks without a consume; the park script re-checks them all.
@@ -184,7 +185,7 @@ class Activation(Cancelling, Observing, Ahead, FlowCalls, Runtime):
 
     def emitting(self, key: str, *, finished: bool) -> None:
         if self.engine.interceptors:
-            self.call_hooks(key, "emit", finished)
+            self.hooks.call_hooks(key, "emit", finished)
 
     def encode_args(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
         return self.flow.encode_args(args, kwargs, self.serializer)
@@ -349,7 +350,7 @@ class Activation(Cancelling, Observing, Ahead, FlowCalls, Runtime):
                 continue  # canceled by the flow before it started
             if hooked and isinstance(op, (WaitOp, SleepOp, ChildOp)):
                 try:
-                    self._call_hooks(op)
+                    self.hooks.call(op)
                 except Abandon:
                     return
             if isinstance(op, ChildOp):

@@ -116,7 +116,7 @@ async def start_all(act: Activation, ops: list[ChildOp]) -> None:
             if src is not None and src.how == "replay":
                 started[i] = await _replayed(act, news[i], src)
         for op in ops:  # the children exist, the parent's journal does not say so yet
-            act.call_finished(op)
+            act.hooks.call_finished(op)
         r = batch.round
         recs: list[Record] = []
         events: list[StepEvent | None] = []

@@ -221,7 +221,7 @@ async def park(act: Activation) -> None:
         "parked",
     )  # fmt: skip
     if reply is Parked.PARKED:
-        act.parked(plan.waiting_on)
+        act.hooks.parked(plan.waiting_on)
     if keep and (reply is Parked.PARKED or reply is Parked.READY):
         # Kept (sdk.engine._sticky): the waiting calls hold what a replay would read from
         # the journal now, their pending records.

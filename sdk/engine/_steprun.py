@@ -73,13 +73,13 @@ def start(act: Activation, op: StepOp) -> None:
             op.retry_due = rec.due
             act.park_op(op)
             return
-        act.timer_fired(op.key, "retry", rec.due)  # the backoff the run parked on is over
+        act.hooks.timer_fired(op.key, "retry", rec.due)  # the backoff the run parked on is over
     act.spawn(_attempts(act, op, attempts))
 
 
 def retry_now(act: Activation, op: StepOp) -> None:
     """A waiting retry is due: run the next attempt."""
-    act.timer_fired(op.key, "retry", op.retry_due)
+    act.hooks.timer_fired(op.key, "retry", op.retry_due)
     op.retry_due = None
     attempts = op.record.attempts if op.record is not None else 0
     act.spawn(_attempts(act, op, attempts))
@@ -147,7 +147,7 @@ async def _attempts(act: Activation, op: StepOp, attempts: int) -> None:
             raise Stop  # stopped meanwhile, or a cancel came: given before this step runs
     while True:
         if hooks:
-            act.step_started(op, attempts + 1)
+            act.hooks.step_started(op, attempts + 1)
         if act.flow.optional_checkpoints:
             await act.writes.mark(op.key)
         ctx = StepContext(act.run_id, op.key, attempts + 1, idem)
@@ -170,10 +170,10 @@ async def _attempts(act: Activation, op: StepOp, attempts: int) -> None:
         if failure is not None:
             attempts += 1
             if hooks:
-                act.step_ended(op, attempts, failure)
+                act.hooks.step_ended(op, attempts, failure)
             due = await _failed(act, op, failure, attempts, policy, rh)
             if hooks:
-                act.step_failed(op, attempts, failure, due is not None)
+                act.hooks.step_failed(op, attempts, failure, due is not None)
             if due is None:
                 return
             delay = due - act.clock.time()
@@ -189,8 +189,8 @@ async def _attempts(act: Activation, op: StepOp, attempts: int) -> None:
                 act.backing_off -= 1
             continue
         if hooks:
-            act.step_ended(op, attempts + 1, None)
-            act.step_finished(op, attempts + 1)
+            act.hooks.step_ended(op, attempts + 1, None)
+            act.hooks.step_finished(op, attempts + 1)
         try:
             data, tpath = act.serializer.encode(value, spec.return_type(), op.what)
         except Exception as exc:

@@ -128,7 +128,7 @@ async def _fire(act: Activation, op: Op) -> None:
         op, lambda r: Record(op.key, op.pos, op.kind, State.OK, due=at, r=r), Outcome(None), said
     )
     if isinstance(op, SleepOp):
-        act.call_finished(op)
+        act.hooks.call_finished(op)
 
 
 async def _consume(act: Activation, op: WaitOp) -> None:
@@ -163,7 +163,7 @@ async def _consume(act: Activation, op: WaitOp) -> None:
             _empty(act, op, op.mailbox)
             return
         act.journal.put(op.record)
-        act.call_finished(op)
+        act.hooks.call_finished(op)
         batch.outcomes.append((op, outcome))
     finally:
         act.writes.leave(batch)
