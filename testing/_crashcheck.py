@@ -24,7 +24,7 @@ import attrs
 
 from sdk._core._journal import Kind, State
 from sdk._core._types import ErrorInfo, RunStatus
-from sdk.engine._activation import Activation
+from sdk.engine._machine import FlowMachine
 from sdk.errors import RunNotFound
 from sdk.model._intercept import ActivationInfo, Interceptor
 from sdk.model._registry import Registry
@@ -280,11 +280,11 @@ class _Probe(Interceptor):
         self.crashed = CrashPoint(key, when)
         self.ran_before_crash = frozenset(self.runs)
         act = run_var.get()
-        if isinstance(act, Activation):
+        if isinstance(act, FlowMachine):
             self.crash_run = act.run_id
             self.recorded_at_crash = frozenset(
                 rec.key
-                for rec in act.journal.by_key.values()
+                for rec in act.cursor.journal.by_key.values()
                 if rec.kind is Kind.STEP and rec.state in (State.OK, State.FAILED)
             )
 

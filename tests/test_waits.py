@@ -442,7 +442,7 @@ async def test_except_exception_around_wait_for_does_not_swallow_the_suspension(
 
 
 def test_the_suspension_cannot_be_constructed_by_user_code() -> None:
-    from sdk.engine._calls import _Evicted as _Suspend
+    from sdk.engine._machine import _Evicted as _Suspend
 
     assert not issubclass(_Suspend, Exception)
     with pytest.raises(TypeError):

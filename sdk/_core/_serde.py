@@ -148,7 +148,7 @@ MOVED = {
     "sdk._activation": "sdk.engine._activation",
     "sdk._ahead": "sdk.engine._ahead",
     "sdk._aio": "sdk.engine._aio",
-    "sdk._calls": "sdk.engine._calls",
+    "sdk._calls": "sdk.engine._machine",
     "sdk._cancelling": "sdk.engine._cancelling",
     "sdk._checks": "sdk._core._checks",
     "sdk._client": "sdk.client._client",

@@ -25,7 +25,7 @@ then works out what comes next and delivers it in the next round:
   (`sdk.engine._cursor`). The run then ends ``canceled`` however the flow ends
   (`sdk.engine._ending`).
 - **Discard.** Whenever the activation ends (parked, finished, crashed, lease
-  lost), the flow's remaining tasks are unwound with `_Evicted` (`sdk.engine._calls`), a
+  lost), the flow's remaining tasks are unwound with `_Evicted` (`sdk.engine._machine`), a
   `BaseException`: ``finally`` blocks and ``__aexit__`` run, but every call
   they make to a step, a wait or a timer raises `_Evicted` at once, so the
   unwinding runs no step and writes nothing. They run for real when a later
@@ -51,14 +51,12 @@ from sdk._core._retry import RetryPolicy
 from sdk._core._types import Reason
 from sdk.engine import _children, _ending, _steprun, _waits
 from sdk.engine._ahead import Ahead
-from sdk.engine._aio import FlowLoop, FlowTask, interested
-from sdk.engine._calls import FlowCalls, evicted
 from sdk.engine._cancelling import Cancelling
-from sdk.engine._children import ChildOp
-from sdk.engine._cursor import ReplayCursor
 from sdk.engine._engine import Engine
+from sdk.engine._machine import FlowMachine
 from sdk.engine._observing import Hooks
 from sdk.engine._ops import (
+    ChildOp,
     EventWaitOp,
     Op,
     Outcome,
@@ -69,13 +67,12 @@ from sdk.engine._ops import (
     WaitOp,
 )
 from sdk.engine._writes import Stop, Writes
-from sdk.errors import LeaseLost, NotInStepError
+from sdk.errors import LeaseLost
 from sdk.model._intercept import Abandon, ActivationInfo, ActivationOutcome, ActivationReason
-from sdk.runtime._runtime import RunInfo, Runtime, run_var
+from sdk.runtime._runtime import run_var
 from sdk.store import Mailbox, StoredRun
 
 if TYPE_CHECKING:
-    from sdk.client._client import Client
     from sdk.model._flowdef import FlowDef
 
 __all__ = ["Activation"]
@@ -83,7 +80,7 @@ __all__ = ["Activation"]
 log = logging.getLogger("steadyflow.worker")
 
 
-class Activation(Cancelling, Ahead, FlowCalls, Runtime):
+class Activation(Cancelling, Ahead):
     """Executes one claimed run until it parks, ends, or stops."""
 
     def __init__(
@@ -101,42 +98,38 @@ class Activation(Cancelling, Ahead, FlowCalls, Runtime):
         self.store = engine.store
         self.clock = engine.clock
         self.serializer = engine.serializer
-        self.registry = engine.registry
         self.stored = stored
         self.run_id = stored.run_id
         self.fence = stored.fence
         self.journal = journal
         self.flow = flow
-        self._info = RunInfo(
-            run_id=stored.run_id, flow=flow.name, flow_version=stored.flow_version,
-            tenant_id=stored.tenant_id, trace_id=stored.trace_id or stored.run_id,
-            tree_root_run_id=stored.tree_root_run_id or stored.run_id,
-        )  # fmt: skip
         self.log = log
         self.hooks = Hooks(engine.interceptors, self.run_id, self.clock, self.abandon)
-        self.cursor = ReplayCursor(self.run_id, flow.name, journal, stored.flow_version)
+        self._lineage_raw = lineage or {}  # a replay's or fork's reusable results
+        self.has_lineage = bool(self._lineage_raw)
+        # the flow's side: its code, calls and their outcomes (no I/O)
+        self.machine = FlowMachine(
+            stored, journal, flow, clock=self.clock, serializer=self.serializer,
+            registry=engine.registry, hooks=self.hooks, client=engine.client,
+            lineage=self._lineage_raw,
+        )  # fmt: skip
+        self.cursor = self.machine.cursor  # (shared: the rounds of writes are the cursor's)
+        self.loop = self.machine.loop
+        self.waiting = self.machine.waiting  # (shared: waits are started and parked here)
         # Mailboxes that held signals at claim time (None: unknown). A wait on
         # another one parks without a consume; the park script re-checks them all.
         self.mail = set(mail) if mail is not None else None
-        self._lineage_raw = lineage or {}  # a replay's or fork's reusable results
-        self.has_lineage = bool(self._lineage_raw)
         self.key_root = stored.root_run_id or self.run_id
         if stored.generation:  # idempotency keys differ between generations
             self.key_root += f"~g{stored.generation}"
-        self.continuing: str | None = None  # the next generation's arguments (JSON)
         self.claimed_at = claimed_at  # the claiming poll's time (what a first claim records)
         self.ended: ActivationOutcome | None = None  # how it ended (sdk.engine._ending sets it)
         self.retry_override = RetryPolicy.from_json(stored.retry) if stored.retry else None
-        self.discarding = False
         self.abandoned = False
         self.parking = False
         self.kept = False  # parked with the sticky cache on: kept, not unwound (`_close`)
-        # The last round a recorded outcome was delivered in: where a replay of the
-        # journal would stand at the live frontier (what `proceed` starts from).
-        self.last_round = journal.max_round
         self.store_error: Exception | None = None
         self.lost: LeaseLost | None = None
-        self.waiting: dict[int, Op] = {}  # live calls waiting for a signal or a time
         self.resolving: Op | None = None  # the one wait being completed
         self._queued: list[Coroutine[Any, Any, None]] = []  # work to launch (see _launch)
         self.running: set[asyncio.Task[None]] = set()  # work running on the worker's loop
@@ -148,47 +141,12 @@ class Activation(Cancelling, Ahead, FlowCalls, Runtime):
         self.cancel_reason = stored.cancel_reason
         if self.cursor.cancel is not None:
             self.cancel_reason = self.cursor.cancel_reason
-        self.cancel_given = False
         self.cut: set[asyncio.Task[Any]] = set()  # work cut off to give the cancel
         self._task: asyncio.Task[Any] | None = None  # the task that runs `execute`
         self._ctx = contextvars.copy_context()
-        self._ctx.run(run_var.set, self)
-        # AbstractEventLoop is no ABC at run time; mypy sees the I/O methods that
-        # FlowLoop refuses (set in a loop at import) as missing.
-        self.loop = FlowLoop(self)  # type: ignore[abstract]
-        self.main: FlowTask | None = None
+        self._ctx.run(run_var.set, self.machine)
 
-    # -- the runtime flow code sees (`sdk.runtime.Runtime`) ---------------------------
-
-    @property
-    def info(self) -> RunInfo:
-        return self._info
-
-    @property
-    def is_replaying(self) -> bool:
-        """Re-walking recorded rounds (or unwinding a discarded flow)."""
-        return self.discarding or not self.cursor.live
-
-    def client(self) -> Client:
-        if isinstance(asyncio._get_running_loop(), FlowLoop):
-            raise NotInStepError(
-                "current_run().client is for steps: a flow body does no I/O (what it did "
-                "would not be journaled); call the client from a @step"
-            )
-        return self.engine.client()
-
-    def log_context(self, step_key: str | None) -> dict[str, str]:
-        extra: dict[str, str] = {}
-        for hook in self.engine.interceptors:
-            extra.update(hook.log_context(self.run_id, step_key))
-        return extra
-
-    def emitting(self, key: str, *, finished: bool) -> None:
-        if self.engine.interceptors:
-            self.hooks.call_hooks(key, "emit", finished)
-
-    def encode_args(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
-        return self.flow.encode_args(args, kwargs, self.serializer)
+    # -- what the worker reads ------------------------------------------------------
 
     @property
     def crashed(self) -> bool:
@@ -196,7 +154,7 @@ class Activation(Cancelling, Ahead, FlowCalls, Runtime):
 
     @property
     def suspending(self) -> bool:
-        return self.parking or self.discarding
+        return self.parking or self.machine.discarding
 
     # -- driving ------------------------------------------------------------------
 
@@ -205,7 +163,7 @@ class Activation(Cancelling, Ahead, FlowCalls, Runtime):
 
         Runs in a task of its own: work launched inline (see `_launch`) sees the run.
         """
-        self.main = self.loop.create_task(self._flow_main(), context=self._ctx.copy())
+        self.machine.start(self._ctx.copy())
         await self._activate()
 
     async def proceed(self, stored: StoredRun, mail: frozenset[Mailbox], claimed_at: float) -> None:
@@ -221,17 +179,17 @@ class Activation(Cancelling, Ahead, FlowCalls, Runtime):
         self.claimed_at = claimed_at
         self.kept = self.parking = False
         self.ended = None
-        if not self.cancel_given:
+        if not self.machine.cancel_given:
             self.cancel_reason = stored.cancel_reason
         # an empty consume opens a round that records nothing: a replay skips it
-        self.cursor.round = self.writes._last = self.last_round
+        self.cursor.round = self.writes._last = self.machine.last_round
         for op in self.waiting.values():
             if isinstance(op, EventWaitOp):
                 op.armed = False  # a wait_for_event listens again in each activation
         await self._activate(proceeding=True)
 
     async def _activate(self, proceeding: bool = False) -> None:
-        run_var.set(self)
+        run_var.set(self.machine)
         self._task = asyncio.current_task()
         info = self._activation_info(proceeding) if self.engine.interceptors else None
         if info is not None:
@@ -271,14 +229,11 @@ class Activation(Cancelling, Ahead, FlowCalls, Runtime):
             s.generation, s.created_at, self.clock.time(),
         )  # fmt: skip
 
-    async def _flow_main(self) -> Any:
-        args, kwargs = self.flow.decode_args(self.stored.args, self.serializer)
-        return await self.flow.fn(*args, **kwargs)
-
     async def _drive(self) -> None:
         cursor = self.cursor
         writes = self.writes
-        assert self.main is not None
+        machine = self.machine
+        assert machine.main is not None
         while not self.abandoned:
             if writes.pending is not None:  # a step's write still out (`_inline`): first
                 with contextlib.suppress(Stop):  # refused or failed: abandoned, the drive ends
@@ -289,11 +244,11 @@ class Activation(Cancelling, Ahead, FlowCalls, Runtime):
                 err = cursor.fatal
                 await _ending.fail(self, type(err), str(err), err.called, Reason.NON_DETERMINISM)
                 return
-            if self.continuing is not None and not self.cancel_given:
+            if machine.continuing is not None and not machine.cancel_given:
                 self.ended = ActivationOutcome.CONTINUED_AS_NEW
                 await _ending.continue_as_new(self)
                 return
-            if self.main.done():
+            if machine.main.done():
                 await _ending.conclude(self)  # sets `ended`
                 return
             if not cursor.live:
@@ -305,7 +260,7 @@ class Activation(Cancelling, Ahead, FlowCalls, Runtime):
                         self._deliver(op, op.outcome(rec, self.serializer))
                     if cursor.cancel_due:  # the round the cancel was given in
                         cursor.cancel_due = False
-                        self._give_cancel()
+                        machine.give_cancel()
                     self.loop.run_ready()
                     continue
                 if cursor.fatal is not None:
@@ -380,20 +335,9 @@ class Activation(Cancelling, Ahead, FlowCalls, Runtime):
         return delivered
 
     def _deliver(self, op: Op, outcome: Outcome) -> None:
-        op.done = True
-        cursor = self.cursor
-        if cursor.round > self.last_round:
-            self.last_round = cursor.round
-        cursor.delivered(op)
-        self.waiting.pop(op.pos, None)
         if self.resolving is op:
             self.resolving = None
-        if isinstance(op, TimerOp):
-            handle = op.handle
-            if handle is not None and not handle.cancelled():
-                self.loop.schedule(handle)
-        elif op.fut is not None:
-            outcome.apply(op.fut)
+        self.machine.deliver(op, outcome)
 
     async def _wait_event(self) -> None:
         """Until a write or an execution ends, or the clock reaches a wait's due time."""
@@ -435,14 +379,9 @@ class Activation(Cancelling, Ahead, FlowCalls, Runtime):
         if self.resolving is not None or not self.waiting:
             return None  # waits complete one at a time
         due = _waits.due
-        dues = [d for op in self.waiting.values() if (d := due(op)) is not None and self.wanted(op)]
+        wanted = self.machine.wanted
+        dues = [d for op in self.waiting.values() if (d := due(op)) is not None and wanted(op)]
         return min(dues) if dues else None
-
-    def wanted(self, op: Op) -> bool:
-        """Whether the flow still waits for `op` (a canceled call or a race's loser: no)."""
-        if op.fut is not None and op.fut.cancelled():
-            return False
-        return interested(op.owner, self.main)
 
     def kick(self) -> None:
         """Wake the driver: a write or a piece of work ended."""
@@ -536,7 +475,7 @@ class Activation(Cancelling, Ahead, FlowCalls, Runtime):
             self.lost = lost
         if self.abandoned:
             return
-        self.abandoned = True
+        self.abandoned = self.machine.halted = True
         for task in list(self.running):
             if task not in self.writes.writing:
                 task.cancel()
@@ -588,11 +527,10 @@ class Activation(Cancelling, Ahead, FlowCalls, Runtime):
 
     def discard(self) -> None:
         """Unwind the flow (see the module docstring): nothing it calls runs or records."""
-        if self.discarding:
+        if self.machine.discarding:
             return
         self.kept = False
-        self.discarding = True
-        left = self.loop.unwind(evicted)
+        left = self.machine.discard()
         if left:
             log.warning(
                 "run %s: %d task(s) of the flow would not unwind (they catch BaseException)",

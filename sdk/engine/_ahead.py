@@ -37,9 +37,9 @@ from sdk.engine._ops import StepOp
 if TYPE_CHECKING:
     import asyncio
 
-    from sdk.engine._aio import FlowTask
     from sdk.engine._cursor import ReplayCursor
     from sdk.engine._engine import Engine
+    from sdk.engine._machine import FlowMachine
     from sdk.engine._ops import Op
     from sdk.engine._writes import Writes
 
@@ -52,8 +52,7 @@ class Ahead:
     cursor: ReplayCursor
     writes: Writes
     engine: Engine
-    main: FlowTask | None
-    continuing: str | None
+    machine: FlowMachine
     waiting: dict[int, Op]
     running: set[asyncio.Task[None]]
     _queued: list[Coroutine[Any, Any, None]]
@@ -70,10 +69,10 @@ class Ahead:
         return (
             bool(cursor.new)
             and cursor.fatal is None
-            and self.continuing is None
+            and self.machine.continuing is None
             and not self.cancel_pending
-            and self.main is not None
-            and not self.main.done()
+            and self.machine.main is not None
+            and not self.machine.main.done()
             and (not self.engine.interceptors or all(type(op) is StepOp for op in cursor.new))
         )
 

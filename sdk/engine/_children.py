@@ -15,76 +15,27 @@ child's end reaches that mailbox through the outbox (`sdk.worker._family`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from sdk._core._checks import show
 from sdk._core._journal import Kind, Record, State
 from sdk._core._keys import child_run_id
-from sdk._core._serde import converter, dumps, encode_exception, rebuild_exception
-from sdk._core._types import ErrorInfo, Reason, RunStatus
+from sdk._core._serde import dumps, encode_exception
+from sdk._core._types import Reason, RunStatus
 from sdk.client._treecopy import SourceChild, copy_child
-from sdk.engine._ops import Op, Outcome, WaitOp, tag
+from sdk.engine._ops import ChildOp, Outcome, tag
 from sdk.errors import (
-    ChildFailed,
     CorruptRecord,
     IdempotencyConflict,
-    RunCanceled,
 )
 from sdk.runtime._runtime import ChildHandle
 from sdk.store import EventType, NewRun, StartOutcome, StepEvent
 
 if TYPE_CHECKING:
-    from sdk._core._values import Serializer
     from sdk.engine._activation import Activation
-    from sdk.model._flowdef import FlowDef
 
-__all__ = ["ChildOp", "ChildWaitOp", "make_child_op", "start_all"]
-
-
-@attrs.define(eq=False)
-class ChildOp(Op):
-    """``start_child``: the child's run id once started (or why it could not start)."""
-
-    kind: ClassVar[Kind] = Kind.CHILD
-
-    new: NewRun = attrs.field(kw_only=True)
-    fd: FlowDef | None = attrs.field(kw_only=True)
-
-    def outcome(self, rec: Record, serializer: Serializer) -> Outcome:
-        if rec.state is State.OK:
-            return Outcome(ChildHandle(str(rec.value), self.new.flow, self.fd))
-        exc = rebuild_exception(rec.error or {}, self.key)
-        return Outcome(error=tag(exc, self.key, Reason.FLOW_ERROR))
-
-
-@attrs.define(eq=False)
-class ChildWaitOp(WaitOp):
-    """``ChildHandle.result()``: a wait on the child's mailbox, whose payload is
-    the child's outcome (see `_outcome_payload`)."""
-
-    child: ChildHandle = attrs.field(kw_only=True)
-    serializer: Serializer = attrs.field(kw_only=True)
-
-    def payload(self, value: Any) -> Any:
-        child = self.child
-        status = value.get("status") if isinstance(value, dict) else None
-        if status == RunStatus.COMPLETED:
-            fd = child.flow_def
-            declared = fd.return_type() if fd is not None else None
-            return self.serializer.decode(
-                value.get("result"), declared, value.get("result_type"),
-                f"result of child run {child.run_id!r}",
-            )  # fmt: skip
-        if status == RunStatus.CANCELED:
-            raise tag(RunCanceled(child.run_id, value.get("reason")), self.key, Reason.FLOW_ERROR)
-        error = value.get("error") if isinstance(value, dict) else None
-        if isinstance(error, dict):
-            info = converter.structure(error, ErrorInfo)
-        else:
-            info = ErrorInfo("builtins:RuntimeError", f"unreadable child outcome: {show(value)}")
-        raise tag(ChildFailed(child.run_id, info), self.key, Reason.FLOW_ERROR)
+__all__ = ["start_all"]
 
 
 async def start_all(act: Activation, ops: list[ChildOp]) -> None:
@@ -194,11 +145,3 @@ async def _replayed(act: Activation, new: NewRun, src: SourceChild) -> StartOutc
     if got is not None and got is not True:
         raise CorruptRecord(new.run_id, got.key or "", got.detail or str(got.why))
     return StartOutcome(created=got is None, status=RunStatus.PENDING)
-
-
-def make_child_op(base: str, key: str, pos: int, new: NewRun, fd: FlowDef | None,
-                  own_id: bool) -> ChildOp:  # fmt: skip
-    """The op of a ``start_child`` call of the run `base` (see `child_run_id`)."""
-    if not own_id:
-        new = attrs.evolve(new, run_id=child_run_id(base, key))
-    return ChildOp(key, pos, new=new, fd=fd)

@@ -44,12 +44,12 @@ _LOGGED = 300
 
 async def conclude(act: Activation) -> None:
     """The flow's main task ended: record the run's outcome."""
-    main = act.main
+    main = act.machine.main
     assert main is not None
     await act.settle()  # background steps are cut off (as asyncio.run does)
     if act.abandoned:
         return
-    if act.cancel_given:
+    if act.machine.cancel_given:
         await canceled(act)
         return
     if main.cancelled():
@@ -97,7 +97,7 @@ async def canceled(act: Activation) -> None:
     the cancel's reason, however the flow ended. What it returned is kept as the
     run's result, an error it raised as its error (for inspection)."""
     act.ended = ActivationOutcome.CANCELED
-    main = act.main
+    main = act.machine.main
     assert main is not None
     result = result_type = error = None
     if not main.cancelled():
@@ -131,7 +131,7 @@ async def canceled(act: Activation) -> None:
 
 async def continue_as_new(act: Activation) -> None:
     """The flow called `continue_as_new`: end this generation, start the next."""
-    args = act.continuing
+    args = act.machine.continuing
     assert args is not None
     await act.settle()  # background steps are cut off, as when the flow returns
     if act.abandoned:

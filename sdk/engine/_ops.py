@@ -20,19 +20,25 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 
+from sdk._core._checks import show
 from sdk._core._journal import Kind, Record, State
+from sdk._core._keys import child_run_id
 from sdk._core._serde import converter, rebuild_exception
-from sdk._core._types import Decision, Reason
-from sdk.errors import WaitTimeout
+from sdk._core._types import Decision, ErrorInfo, Reason, RunStatus
+from sdk.errors import ChildFailed, RunCanceled, WaitTimeout
 from sdk.model._events import event_mailbox
-from sdk.store import EventWatch, Mailbox
+from sdk.runtime._runtime import ChildHandle
+from sdk.store import EventWatch, Mailbox, NewRun
 
 if TYPE_CHECKING:
     from sdk._core._values import Serializer
+    from sdk.model._flowdef import FlowDef
     from sdk.model._stepspec import StepSpec
 
 __all__ = [
     "STEP_TAG",
+    "ChildOp",
+    "ChildWaitOp",
     "Op",
     "Outcome",
     "SleepOp",
@@ -40,6 +46,7 @@ __all__ = [
     "TimerOp",
     "ValueOp",
     "WaitOp",
+    "make_child_op",
     "tag",
 ]
 
@@ -270,3 +277,58 @@ class EventWaitOp(WaitOp):
 
 
 __all__ += ["EventWaitOp", "NowOp", "PatchOp", "UuidOp"]
+
+
+# -- child runs (started by `sdk.engine._children`) -------------------------------------
+
+
+@attrs.define(eq=False)
+class ChildOp(Op):
+    """``start_child``: the child's run id once started (or why it could not start)."""
+
+    kind: ClassVar[Kind] = Kind.CHILD
+
+    new: NewRun = attrs.field(kw_only=True)
+    fd: FlowDef | None = attrs.field(kw_only=True)
+
+    def outcome(self, rec: Record, serializer: Serializer) -> Outcome:
+        if rec.state is State.OK:
+            return Outcome(ChildHandle(str(rec.value), self.new.flow, self.fd))
+        exc = rebuild_exception(rec.error or {}, self.key)
+        return Outcome(error=tag(exc, self.key, Reason.FLOW_ERROR))
+
+
+@attrs.define(eq=False)
+class ChildWaitOp(WaitOp):
+    """``ChildHandle.result()``: a wait on the child's mailbox, whose payload is
+    the child's outcome (see `_outcome_payload`)."""
+
+    child: ChildHandle = attrs.field(kw_only=True)
+    serializer: Serializer = attrs.field(kw_only=True)
+
+    def payload(self, value: Any) -> Any:
+        child = self.child
+        status = value.get("status") if isinstance(value, dict) else None
+        if status == RunStatus.COMPLETED:
+            fd = child.flow_def
+            declared = fd.return_type() if fd is not None else None
+            return self.serializer.decode(
+                value.get("result"), declared, value.get("result_type"),
+                f"result of child run {child.run_id!r}",
+            )  # fmt: skip
+        if status == RunStatus.CANCELED:
+            raise tag(RunCanceled(child.run_id, value.get("reason")), self.key, Reason.FLOW_ERROR)
+        error = value.get("error") if isinstance(value, dict) else None
+        if isinstance(error, dict):
+            info = converter.structure(error, ErrorInfo)
+        else:
+            info = ErrorInfo("builtins:RuntimeError", f"unreadable child outcome: {show(value)}")
+        raise tag(ChildFailed(child.run_id, info), self.key, Reason.FLOW_ERROR)
+
+
+def make_child_op(base: str, key: str, pos: int, new: NewRun, fd: FlowDef | None,
+                  own_id: bool) -> ChildOp:  # fmt: skip
+    """The op of a ``start_child`` call of the run `base` (see `child_run_id`)."""
+    if not own_id:
+        new = attrs.evolve(new, run_id=child_run_id(base, key))
+    return ChildOp(key, pos, new=new, fd=fd)

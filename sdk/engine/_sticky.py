@@ -19,7 +19,7 @@ a crash), a flow definition that is not the one the activation ran (code
 reloaded). Such a claim of a run this worker holds drops the held activation.
 
 Dropping an activation (`discard`) unwinds its flow the way every ended
-activation is unwound (`sdk.engine._calls._Evicted`): ``finally`` blocks run, but any
+activation is unwound (`sdk.engine._machine._Evicted`): ``finally`` blocks run, but any
 step, wait or timer they call raises at once, so nothing is executed or recorded.
 """
 

@@ -20,8 +20,7 @@ from sdk._core._serde import dumps, loads
 from sdk._core._types import RunStatus, WaitingOn, WaitKind
 from sdk._core._waiting import at, capped
 from sdk.engine import _steprun
-from sdk.engine._children import ChildWaitOp
-from sdk.engine._ops import EventWaitOp, Op, Outcome, SleepOp, StepOp, TimerOp, WaitOp
+from sdk.engine._ops import ChildWaitOp, EventWaitOp, Op, Outcome, SleepOp, StepOp, TimerOp, WaitOp
 from sdk.store import Consumed, EventType, Mailbox, StepEvent
 
 if TYPE_CHECKING:
@@ -61,7 +60,7 @@ def holds(act: Activation, first: float) -> bool:
         ends_by_itself = isinstance(op, (SleepOp, TimerOp)) or (
             isinstance(op, StepOp) and not op.approval and op.retry_due is not None
         )
-        if not ends_by_itself and act.wanted(op):
+        if not ends_by_itself and act.machine.wanted(op):
             return False
     return first - act.clock.time() <= limit
 
@@ -91,7 +90,7 @@ def start_next(act: Activation) -> None:
     """Start completing the first call (in call order) that can complete now."""
     now = act.clock.time()
     for op in sorted(act.waiting.values(), key=lambda o: o.pos):
-        if not act.wanted(op):
+        if not act.machine.wanted(op):
             continue  # withdrawn: nothing awaits it (e.g. a race's loser)
         if isinstance(op, StepOp):
             if op.approval:
@@ -237,7 +236,7 @@ def park_plan(act: Activation) -> ParkPlan | None:
         op for op in sorted(act.waiting.values(), key=lambda o: o.pos)
         if op.fut is None or not op.fut.cancelled()
     ]  # fmt: skip
-    alive = [op for op in waiting if act.wanted(op)]
+    alive = [op for op in waiting if act.machine.wanted(op)]
     if not alive:
         return None
     records: list[tuple[str, str]] = []
