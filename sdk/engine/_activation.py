@@ -1,8 +1,12 @@
 """One activation: a worker executing a run's flow against its journal, a round at a time.
 
-The flow's code runs on its own deterministic loop (`sdk.engine._aio.FlowLoop`).
-The activation runs it until every task of the flow is blocked (a *round*),
-then works out what comes next and delivers it in the next round:
+The flow machine (`sdk.engine._machine.FlowMachine`) runs the flow's code on its
+own deterministic loop and turns its calls into ops; it does no I/O. The
+activation is the driver around it: it runs the machine until every task of
+the flow is blocked (a *round*), does the I/O the new ops ask for (steps,
+writes, waits, children), and gives the machine what comes next in the next
+round. Its state, and the operations its parts share, are in
+`sdk.engine._state`:
 
 - **Replay.** The journal says in which round each recorded outcome was
   delivered; they are delivered in those rounds again (`sdk.engine._cursor`), so
@@ -40,21 +44,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
-import logging
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 from sdk._core._clock import wait_until
-from sdk._core._journal import Journal, Kind, Record, State
-from sdk._core._retry import RetryPolicy
+from sdk._core._journal import Record, State
 from sdk._core._types import Reason
-from sdk.engine import _children, _ending, _steprun, _waits
-from sdk.engine._ahead import Ahead
-from sdk.engine._cancelling import Cancelling
-from sdk.engine._engine import Engine
-from sdk.engine._machine import FlowMachine
-from sdk.engine._observing import Hooks
+from sdk.engine import _ahead, _cancelling, _children, _ending, _steprun, _waits
 from sdk.engine._ops import (
     ChildOp,
     EventWaitOp,
@@ -66,95 +62,21 @@ from sdk.engine._ops import (
     ValueOp,
     WaitOp,
 )
-from sdk.engine._writes import Stop, Writes
-from sdk.errors import LeaseLost
+from sdk.engine._state import ActivationState, log
+from sdk.engine._writes import Stop
 from sdk.model._intercept import Abandon, ActivationInfo, ActivationOutcome, ActivationReason
 from sdk.runtime._runtime import run_var
 from sdk.store import Mailbox, StoredRun
 
 if TYPE_CHECKING:
-    from sdk.model._flowdef import FlowDef
+    pass
 
 __all__ = ["Activation"]
 
-log = logging.getLogger("steadyflow.worker")
 
-
-class Activation(Cancelling, Ahead):
-    """Executes one claimed run until it parks, ends, or stops."""
-
-    def __init__(
-        self,
-        engine: Engine,
-        stored: StoredRun,
-        journal: Journal,
-        flow: FlowDef,
-        mail: frozenset[Mailbox] | None = None,
-        lineage: dict[str, str] | None = None,
-        *,
-        claimed_at: float | None = None,
-    ) -> None:
-        self.engine = engine
-        self.store = engine.store
-        self.clock = engine.clock
-        self.serializer = engine.serializer
-        self.stored = stored
-        self.run_id = stored.run_id
-        self.fence = stored.fence
-        self.journal = journal
-        self.flow = flow
-        self.log = log
-        self.hooks = Hooks(engine.interceptors, self.run_id, self.clock, self.abandon)
-        self._lineage_raw = lineage or {}  # a replay's or fork's reusable results
-        self.has_lineage = bool(self._lineage_raw)
-        # the flow's side: its code, calls and their outcomes (no I/O)
-        self.machine = FlowMachine(
-            stored, journal, flow, clock=self.clock, serializer=self.serializer,
-            registry=engine.registry, hooks=self.hooks, client=engine.client,
-            lineage=self._lineage_raw,
-        )  # fmt: skip
-        self.cursor = self.machine.cursor  # (shared: the rounds of writes are the cursor's)
-        self.loop = self.machine.loop
-        self.waiting = self.machine.waiting  # (shared: waits are started and parked here)
-        # Mailboxes that held signals at claim time (None: unknown). A wait on
-        # another one parks without a consume; the park script re-checks them all.
-        self.mail = set(mail) if mail is not None else None
-        self.key_root = stored.root_run_id or self.run_id
-        if stored.generation:  # idempotency keys differ between generations
-            self.key_root += f"~g{stored.generation}"
-        self.claimed_at = claimed_at  # the claiming poll's time (what a first claim records)
-        self.ended: ActivationOutcome | None = None  # how it ended (sdk.engine._ending sets it)
-        self.retry_override = RetryPolicy.from_json(stored.retry) if stored.retry else None
-        self.abandoned = False
-        self.parking = False
-        self.kept = False  # parked with the sticky cache on: kept, not unwound (`_close`)
-        self.store_error: Exception | None = None
-        self.lost: LeaseLost | None = None
-        self.resolving: Op | None = None  # the one wait being completed
-        self._queued: list[Coroutine[Any, Any, None]] = []  # work to launch (see _launch)
-        self.running: set[asyncio.Task[None]] = set()  # work running on the worker's loop
-        self.writes = Writes(self)
-        self._kick_fut: asyncio.Future[None] | None = None
-        self.backing_off = 0  # step executions waiting in place for their retry time
-        # A cancel request not given to the flow yet: its reason (from the claim, or
-        # from the heartbeat: `request_cancel`). Given: the journal's ~cancel record.
-        self.cancel_reason = stored.cancel_reason
-        if self.cursor.cancel is not None:
-            self.cancel_reason = self.cursor.cancel_reason
-        self.cut: set[asyncio.Task[Any]] = set()  # work cut off to give the cancel
-        self._task: asyncio.Task[Any] | None = None  # the task that runs `execute`
-        self._ctx = contextvars.copy_context()
-        self._ctx.run(run_var.set, self.machine)
-
-    # -- what the worker reads ------------------------------------------------------
-
-    @property
-    def crashed(self) -> bool:
-        return self.abandoned
-
-    @property
-    def suspending(self) -> bool:
-        return self.parking or self.machine.discarding
+class Activation(ActivationState):
+    """Executes one claimed run until it parks, ends, or stops: the driver over its
+    state (`sdk.engine._state`)."""
 
     # -- driving ------------------------------------------------------------------
 
@@ -270,8 +192,8 @@ class Activation(Cancelling, Ahead):
                 # outcomes already written are delivered first, in their rounds
                 if self.writes.batches and self._deliver_batches():
                     continue
-                if self._cancel_ready():
-                    await self._cancel_live()
+                if _cancelling.ready(self):
+                    await _cancelling.give(self)
                     continue
                 if self.running or self.writes.batches or self.resolving is not None:
                     self.cut_work()
@@ -343,7 +265,7 @@ class Activation(Cancelling, Ahead):
         """Until a write or an execution ends, or the clock reaches a wait's due time."""
         fut = self._kick_fut = asyncio.get_running_loop().create_future()
         try:
-            due = self._next_due()
+            due = self.next_due()
             self.maybe_held()
             if due is None:
                 await fut
@@ -352,48 +274,12 @@ class Activation(Cancelling, Ahead):
         finally:
             self._kick_fut = None
 
-    @property
-    def holding(self) -> bool:
-        """Whether only the clock can move this activation on: no write is in flight,
-        every execution in flight (inline or as a task) waits in place for its retry
-        time, and the driver waits or runs one of them. The worker's
-        `run_until_idle` counts it as idle."""
-        writes = self.writes
-        if writes.batches or (self._kick_fut is None and not writes.inline):
-            return False  # a write in flight, or the driver is busy
-        if len(self.running) + writes.inline != self.backing_off:
-            return False  # an execution that is not waiting for its retry time
-        return self.backing_off > 0 or self._next_due() is not None
-
-    def maybe_held(self) -> None:
-        """Tell the worker's `run_until_idle` when this activation starts `holding`."""
-        if self.holding:
-            self.engine.held()
-
     def _holds(self) -> bool:
         """Whether to wait here for the next due time rather than park (`_waits.holds`)."""
-        due = self._next_due()
+        due = self.next_due()
         return due is not None and _waits.holds(self, due)
 
-    def _next_due(self) -> float | None:
-        if self.resolving is not None or not self.waiting:
-            return None  # waits complete one at a time
-        due = _waits.due
-        wanted = self.machine.wanted
-        dues = [d for op in self.waiting.values() if (d := due(op)) is not None and wanted(op)]
-        return min(dues) if dues else None
-
-    def kick(self) -> None:
-        """Wake the driver: a write or a piece of work ended."""
-        fut = self._kick_fut
-        if fut is not None and not fut.done():
-            fut.set_result(None)
-
     # -- work on the worker's loop: executions and writes ------------------------------
-
-    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
-        """Queue `coro` (a step execution, a write) to run on the worker's loop."""
-        self._queued.append(coro)
 
     async def _launch(self) -> None:
         """Run the queued work: one piece with nothing else going on runs inline (the
@@ -402,12 +288,12 @@ class Activation(Cancelling, Ahead):
         writes = self.writes
         queued, self._queued = self._queued, []
         if len(queued) == 1 and not (
-            self.running or writes.batches or (self.waiting and self._next_due())
+            self.running or writes.batches or (self.waiting and self.next_due())
         ):
-            await self._inline(queued[0])
+            await self._inline(queued[0][0])
             return
         loop = asyncio.get_running_loop()
-        for coro in queued:
+        for coro, _ in queued:
             task = loop.create_task(coro, context=self._ctx.copy())
             self.running.add(task)
             task.add_done_callback(self._task_done)
@@ -440,12 +326,12 @@ class Activation(Cancelling, Ahead):
             self.cursor.round, op, outcome = direct
             self._deliver(op, outcome)
             self.loop.run_ready()
-            if writes.pending is None or not self.ahead():
+            if writes.pending is None or not _ahead.ahead(self):
                 return
             self._start_new()
-            if self.abandoned or not self.one_step_next():
+            if self.abandoned or not _ahead.one_step_next(self):
                 return
-            work = self._queued.pop()
+            work = self._queued.pop()[0]
 
     def _task_done(self, task: asyncio.Task[None]) -> None:
         self.running.discard(task)
@@ -462,25 +348,6 @@ class Activation(Cancelling, Ahead):
             log.error("run %s: engine error", self.run_id, exc_info=exc)
             self.abandon(error=exc if isinstance(exc, Exception) else None)
 
-    def park_op(self, op: Op) -> None:
-        """`op` waits for a signal or a time (see `sdk.engine._waits`)."""
-        self.waiting[op.pos] = op
-
-    def abandon(self, *, error: Exception | None = None, lost: LeaseLost | None = None) -> None:
-        """Stop at once, as a dead process would: no step body goes on, nothing more is
-        written (writes already sent complete); the lease is left to expire."""
-        if error is not None and self.store_error is None:
-            self.store_error = error
-        if lost is not None and self.lost is None:
-            self.lost = lost
-        if self.abandoned:
-            return
-        self.abandoned = self.machine.halted = True
-        for task in list(self.running):
-            if task not in self.writes.writing:
-                task.cancel()
-        self.kick()
-
     async def _make_value(self, op: ValueOp) -> None:
         lin = self.lineage_record(op.key, op.pos, op.kind)
         value = str(lin.value) if lin is not None else op.make()
@@ -489,31 +356,11 @@ class Activation(Cancelling, Ahead):
             Outcome(op.parse(value)),
         )  # fmt: skip
 
-    # -- steps' helpers ----------------------------------------------------------------
-
-    def lineage_record(self, key: str, pos: int, kind: Kind) -> Record | None:
-        """The source runs' completed record for this call, if it is the same call."""
-        raw = self._lineage_raw.get(key)
-        if raw is None:
-            return None
-        rec = Record.from_json(raw)
-        if rec.pos != pos or rec.kind is not kind or rec.state is not State.OK:
-            return None
-        return rec
-
     # -- the end ---------------------------------------------------------------------
-
-    async def settle(self) -> None:
-        """Cut off step bodies still running; let writes in flight complete."""
-        for task in list(self.running):
-            if task not in self.writes.writing:
-                task.cancel()
-        while self.running:
-            await asyncio.wait(list(self.running))
 
     async def _close(self) -> None:
         self.writes.drop()  # stopped with a write on the wire (abandoned, cancelled)
-        for coro in self._queued:  # never launched: the activation ended first
+        for coro, _ in self._queued:  # never launched: the activation ended first
             coro.close()
         self._queued.clear()
         sticky = self.engine.sticky
@@ -524,18 +371,3 @@ class Activation(Cancelling, Ahead):
                 return
         self.discard()
         await self.settle()
-
-    def discard(self) -> None:
-        """Unwind the flow (see the module docstring): nothing it calls runs or records."""
-        if self.machine.discarding:
-            return
-        self.kept = False
-        left = self.machine.discard()
-        if left:
-            log.warning(
-                "run %s: %d task(s) of the flow would not unwind (they catch BaseException)",
-                self.run_id, left,
-            )  # fmt: skip
-
-    def release_on_cancel(self) -> Coroutine[Any, Any, None]:
-        return self.store.release(self.run_id, self.fence)

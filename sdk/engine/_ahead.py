@@ -28,59 +28,35 @@ replay.
 
 from __future__ import annotations
 
-from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from sdk.engine import _steprun
 from sdk.engine._ops import StepOp
 
 if TYPE_CHECKING:
-    import asyncio
+    from sdk.engine._state import ActivationState
 
-    from sdk.engine._cursor import ReplayCursor
-    from sdk.engine._engine import Engine
-    from sdk.engine._machine import FlowMachine
-    from sdk.engine._ops import Op
-    from sdk.engine._writes import Writes
-
-__all__ = ["Ahead"]
+__all__ = ["ahead", "one_step_next"]
 
 
-class Ahead:
-    """The run-ahead half of an activation (see the module docstring)."""
+def ahead(act: ActivationState) -> bool:
+    """Whether the activation may start the flow's next calls with the last
+    step's write on the wire."""
+    cursor = act.cursor
+    main = act.machine.main
+    return (
+        bool(cursor.new)
+        and cursor.fatal is None
+        and act.machine.continuing is None
+        and not act.cancel_pending
+        and main is not None
+        and not main.done()
+        and (not act.engine.interceptors or all(type(op) is StepOp for op in cursor.new))
+    )
 
-    cursor: ReplayCursor
-    writes: Writes
-    engine: Engine
-    machine: FlowMachine
-    waiting: dict[int, Op]
-    running: set[asyncio.Task[None]]
-    _queued: list[Coroutine[Any, Any, None]]
 
-    if TYPE_CHECKING:
-
-        @property
-        def cancel_pending(self) -> bool: ...  # Cancelling's
-
-    def ahead(self) -> bool:
-        """Whether the activation may start the flow's next calls with the last
-        step's write on the wire."""
-        cursor = self.cursor
-        return (
-            bool(cursor.new)
-            and cursor.fatal is None
-            and self.machine.continuing is None
-            and not self.cancel_pending
-            and self.machine.main is not None
-            and not self.machine.main.done()
-            and (not self.engine.interceptors or all(type(op) is StepOp for op in cursor.new))
-        )
-
-    def one_step_next(self) -> bool:
-        """Whether all that was started is one step, to launch inline."""
-        queued = self._queued
-        return (
-            len(queued) == 1
-            and getattr(queued[0], "cr_code", None) is _steprun.ATTEMPTS
-            and not (self.waiting or self.running or self.writes.batches)
-        )
+def one_step_next(act: ActivationState) -> bool:
+    """Whether all that was started is one step's attempts, to launch inline."""
+    queued = act._queued
+    return (
+        len(queued) == 1 and queued[0][1] and not (act.waiting or act.running or act.writes.batches)
+    )

@@ -33,12 +33,12 @@ from sdk.runtime._runtime import ChildHandle
 from sdk.store import EventType, NewRun, StartOutcome, StepEvent
 
 if TYPE_CHECKING:
-    from sdk.engine._activation import Activation
+    from sdk.engine._state import ActivationState
 
 __all__ = ["start_all"]
 
 
-async def start_all(act: Activation, ops: list[ChildOp]) -> None:
+async def start_all(act: ActivationState, ops: list[ChildOp]) -> None:
     """Start the children of one round: one pipeline of starts, one of records. In a
     replayed or forked run, a child its source started is reused or copied instead
     (`sdk.client._treecopy`): those starts cost a call each."""
@@ -124,7 +124,7 @@ async def start_all(act: Activation, ops: list[ChildOp]) -> None:
         writes.leave(batch)
 
 
-def _source_child(act: Activation, op: ChildOp) -> SourceChild | None:
+def _source_child(act: ActivationState, op: ChildOp) -> SourceChild | None:
     """What a replayed or forked run does at this ``start_child`` call, when its source
     made it (`sdk.client._treecopy`); None: start it as any run would."""
     if not act.has_lineage:
@@ -133,7 +133,7 @@ def _source_child(act: Activation, op: ChildOp) -> SourceChild | None:
     return SourceChild.of(rec) if rec is not None else None
 
 
-async def _replayed(act: Activation, new: NewRun, src: SourceChild) -> StartOutcome:
+async def _replayed(act: ActivationState, new: NewRun, src: SourceChild) -> StartOutcome:
     """Create the child `new` as a replay of the source's child `src`."""
     stored = await act.writes.guard(act.store.get_run(src.run_id))
     if stored is None:  # deleted meanwhile: started afresh

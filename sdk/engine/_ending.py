@@ -33,7 +33,7 @@ from sdk.model._intercept import ActivationOutcome
 from sdk.store import CorruptData, Parked, Refusal, Refused
 
 if TYPE_CHECKING:
-    from sdk.engine._activation import Activation
+    from sdk.engine._state import ActivationState
 
 __all__ = ["canceled", "conclude", "continue_as_new", "fail", "park", "report"]
 
@@ -42,7 +42,7 @@ log = logging.getLogger("steadyflow.worker")
 _LOGGED = 300
 
 
-async def conclude(act: Activation) -> None:
+async def conclude(act: ActivationState) -> None:
     """The flow's main task ended: record the run's outcome."""
     main = act.machine.main
     assert main is not None
@@ -92,7 +92,7 @@ async def conclude(act: Activation) -> None:
     )  # fmt: skip
 
 
-async def canceled(act: Activation) -> None:
+async def canceled(act: ActivationState) -> None:
     """The flow ended after it was given its cancel: the run ends ``canceled`` with
     the cancel's reason, however the flow ended. What it returned is kept as the
     run's result, an error it raised as its error (for inspection)."""
@@ -129,7 +129,7 @@ async def canceled(act: Activation) -> None:
     )  # fmt: skip
 
 
-async def continue_as_new(act: Activation) -> None:
+async def continue_as_new(act: ActivationState) -> None:
     """The flow called `continue_as_new`: end this generation, start the next."""
     args = act.machine.continuing
     assert args is not None
@@ -155,7 +155,7 @@ async def continue_as_new(act: Activation) -> None:
 
 
 async def fail(
-    act: Activation,
+    act: ActivationState,
     etype: type[BaseException],
     message: str,
     key: str | None,
@@ -179,7 +179,7 @@ async def fail(
         _log_failure(act, error)
 
 
-def _log_failure(act: Activation, error: ErrorInfo) -> None:
+def _log_failure(act: ActivationState, error: ErrorInfo) -> None:
     """One WARNING line for a run the worker failed (the run's error keeps it whole,
     with its traceback: ``steadyflow runs show RUN_ID``)."""
     first = error.message.partition("\n")[0]
@@ -194,7 +194,7 @@ def _log_failure(act: Activation, error: ErrorInfo) -> None:
     )  # fmt: skip
 
 
-async def park(act: Activation) -> None:
+async def park(act: ActivationState) -> None:
     """Nothing runs and nothing can complete now: park on what the flow waits for."""
     plan = _waits.park_plan(act)
     if plan is None:
@@ -235,7 +235,7 @@ async def park(act: Activation) -> None:
 
 
 async def _end(
-    act: Activation, call: Awaitable[Refused | Parked | None], outcome: str
+    act: ActivationState, call: Awaitable[Refused | Parked | None], outcome: str
 ) -> Refused | Parked | None:
     """The activation's last write (a lost lease or a store error: see `report`);
     returns the store's reply (None when it stopped the activation)."""
@@ -247,7 +247,7 @@ async def _end(
     return None
 
 
-def report(act: Activation) -> None:
+def report(act: ActivationState) -> None:
     """Log how an activation stopped without an outcome, if it did."""
     if isinstance(act.store_error, CorruptData):
         return  # damaged data: the worker fails the run for it, and logs that

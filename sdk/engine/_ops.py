@@ -46,6 +46,7 @@ __all__ = [
     "TimerOp",
     "ValueOp",
     "WaitOp",
+    "due",
     "make_child_op",
     "tag",
 ]
@@ -277,6 +278,17 @@ class EventWaitOp(WaitOp):
 
 
 __all__ += ["EventWaitOp", "NowOp", "PatchOp", "UuidOp"]
+
+
+def due(op: Op) -> float | None:
+    """When a waiting call completes by itself (deadline, due time, retry time)."""
+    if isinstance(op, WaitOp):
+        return op.deadline
+    if isinstance(op, (SleepOp, TimerOp)):
+        return op.due
+    if isinstance(op, StepOp):
+        return op.retry_due
+    return None
 
 
 # -- child runs (started by `sdk.engine._children`) -------------------------------------

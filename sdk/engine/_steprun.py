@@ -35,9 +35,9 @@ from sdk.runtime._runtime import StepContext, step_var
 from sdk.store import Mailbox, StepEvent
 
 if TYPE_CHECKING:
-    from sdk.engine._activation import Activation
+    from sdk.engine._state import ActivationState
 
-__all__ = ["ATTEMPTS", "announce", "approval_mailbox", "decided", "retry_now", "start"]
+__all__ = ["announce", "approval_mailbox", "decided", "retry_now", "start"]
 
 _COMPLETED = StepEvent(EventType.STEP_COMPLETED, "", CheckpointKind.STEP_COMPLETED)
 
@@ -47,7 +47,7 @@ def approval_mailbox(op: StepOp) -> Mailbox:
     return Mailbox(f"replay:{op.key}", human=True)
 
 
-def start(act: Activation, op: StepOp) -> None:
+def start(act: ActivationState, op: StepOp) -> None:
     """Begin a step op the journal has no outcome for (at the live frontier)."""
     rec = op.record
     if rec is not None and rec.kind is Kind.WAIT:  # its approval, taken or awaited
@@ -74,24 +74,24 @@ def start(act: Activation, op: StepOp) -> None:
             act.park_op(op)
             return
         act.hooks.timer_fired(op.key, "retry", rec.due)  # the backoff the run parked on is over
-    act.spawn(_attempts(act, op, attempts))
+    act.spawn(_attempts(act, op, attempts), step=True)
 
 
-def retry_now(act: Activation, op: StepOp) -> None:
+def retry_now(act: ActivationState, op: StepOp) -> None:
     """A waiting retry is due: run the next attempt."""
     act.hooks.timer_fired(op.key, "retry", op.retry_due)
     op.retry_due = None
     attempts = op.record.attempts if op.record is not None else 0
-    act.spawn(_attempts(act, op, attempts))
+    act.spawn(_attempts(act, op, attempts), step=True)
 
 
-def decided(act: Activation, op: StepOp, decision: Any) -> None:
+def decided(act: ActivationState, op: StepOp, decision: Any) -> None:
     """The approval ``replay:{key}`` arrived: run the step again, or reuse its result."""
     op.approval = False
     approved = converter.structure(decision, Decision).approved
     lin = act.lineage_record(op.key, op.pos, Kind.STEP)
     if approved or lin is None:
-        act.spawn(_attempts(act, op, 0))
+        act.spawn(_attempts(act, op, 0), step=True)
     else:
         act.spawn(_reuse(act, op, lin))
 
@@ -112,7 +112,7 @@ def announce(rec: Record, optional: bool) -> StepEvent | None:
     return StepEvent(EventType.STEP_RETRY_SCHEDULED, dumps(data), kind)
 
 
-async def _reuse(act: Activation, op: StepOp, lin: Record) -> None:
+async def _reuse(act: ActivationState, op: StepOp, lin: Record) -> None:
     """Take the source run's recorded result instead of running the side effect again."""
     rh = op.spec.request_hash(op.fn, op.args, op.kwargs, act.serializer)
     idem = f"{act.key_root}:{op.key}"
@@ -134,7 +134,7 @@ async def _reuse(act: Activation, op: StepOp, lin: Record) -> None:
     )  # fmt: skip
 
 
-async def _attempts(act: Activation, op: StepOp, attempts: int) -> None:
+async def _attempts(act: ActivationState, op: StepOp, attempts: int) -> None:
     spec = op.spec
     policy = spec.retry or act.retry_override or act.flow.retry
     rh = spec.request_hash(op.fn, op.args, op.kwargs, act.serializer)
@@ -205,11 +205,7 @@ async def _attempts(act: Activation, op: StepOp, attempts: int) -> None:
         return
 
 
-#: What `start` runs (`sdk.engine._ahead.Ahead.one_step_next` recognizes it in a queue).
-ATTEMPTS = _attempts.__code__
-
-
-async def _within(act: Activation, op: StepOp, attempt: Awaitable[Any], timeout: float) -> Any:
+async def _within(act: ActivationState, op: StepOp, attempt: Awaitable[Any], timeout: float) -> Any:
     """The attempt's result, or `StepTimeout` once it has run `timeout` seconds of the
     worker's clock: then its task is cancelled and has unwound (its ``except
     CancelledError`` / ``finally`` ran) before the failure is recorded."""
@@ -244,7 +240,7 @@ def _unstorable(op: StepOp, exc: Exception) -> SerializationError:
 
 
 async def _failed(
-    act: Activation,
+    act: ActivationState,
     op: StepOp,
     exc: Exception,
     attempts: int,
@@ -274,7 +270,7 @@ async def _failed(
 
 
 async def _fail(
-    act: Activation, op: StepOp, exc: Exception, reason: Reason, attempts: int, rh: str | None
+    act: ActivationState, op: StepOp, exc: Exception, reason: Reason, attempts: int, rh: str | None
 ) -> None:
     """Record the step's failure for good; the flow gets `exc` (tagged with key and reason)."""
     error = encode_exception(exc)

@@ -3,7 +3,7 @@
 A waiting call completes when its signal is in its mailbox, its deadline or
 due time has passed, or (a step) its retry is due. Waits complete one at a
 time, in call order, and only while the flow still waits for them
-(`Activation.wanted`): when one of several raced waits wins, the others are
+(`FlowMachine.wanted`): when one of several raced waits wins, the others are
 withdrawn instead of consuming a later signal. With nothing else to do, the
 run parks on what the flow still waits for (`park_plan`), unless all it waits
 for ends by itself soon (`holds`): then the activation waits for it in place.
@@ -20,27 +20,26 @@ from sdk._core._serde import dumps, loads
 from sdk._core._types import RunStatus, WaitingOn, WaitKind
 from sdk._core._waiting import at, capped
 from sdk.engine import _steprun
-from sdk.engine._ops import ChildWaitOp, EventWaitOp, Op, Outcome, SleepOp, StepOp, TimerOp, WaitOp
+from sdk.engine._ops import (
+    ChildWaitOp,
+    EventWaitOp,
+    Op,
+    Outcome,
+    SleepOp,
+    StepOp,
+    TimerOp,
+    WaitOp,
+    due,
+)
 from sdk.store import Consumed, EventType, Mailbox, StepEvent
 
 if TYPE_CHECKING:
-    from sdk.engine._activation import Activation
+    from sdk.engine._state import ActivationState
 
-__all__ = ["ParkPlan", "describe", "due", "holds", "park_plan", "start", "start_next"]
-
-
-def due(op: Op) -> float | None:
-    """When a waiting call completes by itself (deadline, due time, retry time)."""
-    if isinstance(op, WaitOp):
-        return op.deadline
-    if isinstance(op, (SleepOp, TimerOp)):
-        return op.due
-    if isinstance(op, StepOp):
-        return op.retry_due
-    return None
+__all__ = ["ParkPlan", "describe", "holds", "park_plan", "start", "start_next"]
 
 
-def holds(act: Activation, first: float) -> bool:
+def holds(act: ActivationState, first: float) -> bool:
     """Whether an activation with nothing else to do waits in place until `first`
     (its earliest due time) instead of parking the run.
 
@@ -65,7 +64,7 @@ def holds(act: Activation, first: float) -> bool:
     return first - act.clock.time() <= limit
 
 
-def start(act: Activation, op: WaitOp | SleepOp | TimerOp, now: float) -> None:
+def start(act: ActivationState, op: WaitOp | SleepOp | TimerOp, now: float) -> None:
     """A wait, sleep or timer the journal has no outcome for starts waiting; its
     deadline comes from its pending record when a parked run recorded one."""
     rec = op.record
@@ -86,7 +85,7 @@ def start(act: Activation, op: WaitOp | SleepOp | TimerOp, now: float) -> None:
     act.waiting[op.pos] = op
 
 
-def start_next(act: Activation) -> None:
+def start_next(act: ActivationState) -> None:
     """Start completing the first call (in call order) that can complete now."""
     now = act.clock.time()
     for op in sorted(act.waiting.values(), key=lambda o: o.pos):
@@ -118,7 +117,7 @@ def start_next(act: Activation) -> None:
                 return
 
 
-async def _fire(act: Activation, op: Op) -> None:
+async def _fire(act: ActivationState, op: Op) -> None:
     at = due(op)
     # its event says when it ended, in the same write: a timeline places what the
     # flow did next after it (docs/operations.md, "Timeline times")
@@ -130,7 +129,7 @@ async def _fire(act: Activation, op: Op) -> None:
         act.hooks.call_finished(op)
 
 
-async def _consume(act: Activation, op: WaitOp) -> None:
+async def _consume(act: ActivationState, op: WaitOp) -> None:
     """Take a signal (or the deadline) for `op`, in one script; delivered in its batch."""
     batch = act.writes.batch()
     try:
@@ -168,7 +167,7 @@ async def _consume(act: Activation, op: WaitOp) -> None:
         act.writes.leave(batch)
 
 
-async def _take_approval(act: Activation, op: StepOp) -> None:
+async def _take_approval(act: ActivationState, op: StepOp) -> None:
     """Take the approval a ``require_human`` step waits for (it delivers nothing)."""
     box = _steprun.approval_mailbox(op)
     rec = Record(op.key, op.pos, Kind.WAIT, State.OK)
@@ -190,7 +189,7 @@ async def _take_approval(act: Activation, op: StepOp) -> None:
     _steprun.decided(act, op, value)
 
 
-def _empty(act: Activation, op: Op, box: Mailbox) -> None:
+def _empty(act: ActivationState, op: Op, box: Mailbox) -> None:
     if act.mail is not None:
         act.mail.discard(box)
     act.resolving = None
@@ -229,7 +228,7 @@ class ParkPlan:
     waiting_on: tuple[WaitingOn, ...]
 
 
-def park_plan(act: Activation) -> ParkPlan | None:
+def park_plan(act: ActivationState) -> ParkPlan | None:
     """How to park on what the flow still waits for; None when it waits for nothing
     that can complete (every task blocked on something else)."""
     waiting = [

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import collections
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 import attrs
 
@@ -24,9 +24,12 @@ from sdk.errors import LeaseLost
 from sdk.store import NewIntent, StepEvent
 
 if TYPE_CHECKING:
-    from sdk.engine._activation import Activation
+    from sdk._core._clock import Clock
+    from sdk._core._journal import Journal
+    from sdk.engine._cursor import ReplayCursor
+    from sdk.store import Store
 
-__all__ = ["Batch", "Stop", "Writes"]
+__all__ = ["Batch", "Owner", "Stop", "Writes"]
 
 
 class Stop(BaseException):
@@ -43,10 +46,30 @@ class Batch:
     outcomes: list[tuple[Op, Outcome]] = attrs.field(factory=list)
 
 
+class Owner(Protocol):
+    """What `Writes` needs of the activation whose writes it makes."""
+
+    run_id: str
+    fence: int
+    store: Store
+    clock: Clock
+    journal: Journal
+    cursor: ReplayCursor
+    abandoned: bool
+    cut: set[asyncio.Task[Any]]  # work cut off to give a cancel: its writes are dropped
+
+    @property
+    def cancel_pending(self) -> bool: ...
+
+    def kick(self) -> None: ...
+
+    def abandon(self, *, error: Exception | None = None, lost: LeaseLost | None = None) -> None: ...
+
+
 class Writes:
     """The writes of one activation (see the module docstring)."""
 
-    def __init__(self, act: Activation) -> None:
+    def __init__(self, act: Owner) -> None:
         self.act = act
         self.batches: collections.deque[Batch] = collections.deque()
         self.writing: set[asyncio.Task[Any]] = set()  # tasks in a write: not cut off
