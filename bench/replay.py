@@ -83,7 +83,7 @@ async def measure(
         fd = Registry.default().flow("bench.replay_then_wait")
         timed = _TimedStore(store)
         engine = Engine(store=timed, clock=clock, owner="bench-replay")
-        # Pass 1: the activation, phase by phase (as Worker._spawn does it).
+        # Pass 1: the activation, phase by phase (as the worker's `InFlight.spawn` does it).
         for i, h in enumerate(handles[:runs]):
             await client.signal(h.run_id, "go", 1)
             t0 = time.perf_counter()

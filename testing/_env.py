@@ -222,10 +222,10 @@ class FlowTestEnv:
         if under_way or self.worker._inflight:  # (activations waiting in place count)
             # The worker stays alive through the jump, so its leases do: they are
             # renewed up to the new time before the clock moves (and wakes anything).
-            await self.worker._renew_leases(self.clock.time() + seconds(delta, "advance"))
+            await self.worker._heartbeat.renew(self.clock.time() + seconds(delta, "advance"))
         self.clock.advance(delta)
         if under_way:
-            await self.worker._poll()
+            await self.worker._poller.poll()
         await self.run_until_idle()
 
     def crash_at(

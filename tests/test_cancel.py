@@ -160,7 +160,7 @@ async def test_a_run_timeout_interrupts_the_executing_step_at_the_next_heartbeat
         busy = asyncio.create_task(env.run_until_idle())
         await entered().wait()
         env.clock.advance(60)
-        await env.worker._poll()  # a tick fails the run
+        await env.worker._poller.poll()  # a tick fails the run
         assert SEEN == ["start"]
         await env.advance(1)  # the next heartbeat finds the lease lost
         await busy

@@ -282,7 +282,7 @@ async def test_a_run_claimed_again_before_its_last_activation_ended_stays_tracke
         async def continue_then_poll(run_id: str, *args: Any, **kwargs: Any) -> Any:
             tracked.append(run_id in env.worker._inflight)  # its activation is running
             done = await continue_as_new_call(run_id, *args, **kwargs)
-            await env.worker._poll()  # claims the next generation at once
+            await env.worker._poller.poll()  # claims the next generation at once
             return done
 
         env.store.continue_as_new = continue_then_poll  # type: ignore[method-assign]

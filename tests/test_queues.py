@@ -276,7 +276,7 @@ async def test_a_rate_limit_spreads_starts_evenly(store: RedisStore) -> None:
         await env.run_until_idle()
         assert ORDER == ["r0"]  # 2 a minute: one every 30 s, no burst
         # the worker knows when the queue next has room: it blocks until then, no polling
-        _, next_due = await env.worker._poll()
+        _, next_due = await env.worker._poller.poll()
         assert next_due == pytest.approx(t0 + 30)
         [info] = [q for q in await env.client.queues() if q.name == "tests.queues.rated"]
         assert (info.pending, info.limited_by) == (4, "rate")

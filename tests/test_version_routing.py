@@ -150,7 +150,7 @@ async def test_one_worker_serves_every_registered_version_of_a_name(store: Store
         assert await one.result() == "hello ada"
         assert await two.result() == "HELLO BOB!"
         assert set(ran) == {"v1:2024-06-01", "v2:2024-07-15"}
-        beat = env.worker._beat()  # what its heartbeat registers (Client.workers)
+        beat = env.worker._heartbeat.beat()  # what its heartbeat registers (Client.workers)
         assert {f"{NAME}@2024-06-01", f"{NAME}@2024-07-15"} <= set(beat.flows)
 
 

@@ -10,6 +10,7 @@ import asyncio
 import logging
 import os
 import socket
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from sdk._core._types import served_name
@@ -17,9 +18,9 @@ from sdk.store import PartitionsMismatch, WorkerBeat
 
 if TYPE_CHECKING:
     from sdk._core._clock import Clock
-    from sdk.engine._activation import Activation
     from sdk.store import Store
     from sdk.worker._dispatch import Dispatcher
+    from sdk.worker._inflight import InFlight
 
 __all__ = ["Heartbeat"]
 
@@ -27,63 +28,90 @@ log = logging.getLogger("steadyflow.worker")
 
 
 class Heartbeat:
-    """The heartbeat half of a `sdk.Worker`."""
+    """Keeps a worker's leases and its registration (see the module).
 
-    clock: Clock
-    store: Store
-    dispatcher: Dispatcher
-    owner: str
-    queues: list[str] | None
-    concurrency: int
-    lease_ttl: float
-    _started_at: float
-    _stop: asyncio.Event
-    #: What stopped the worker from its heartbeat (`Worker.run` raises it).
-    _fatal: PartitionsMismatch | None = None
-    _inflight: dict[str, tuple[asyncio.Task[None], Activation]]
-    _lost: set[str]
+    Args:
+        store: the worker's store.
+        clock: the worker's clock.
+        inflight: the activations whose leases it renews (and interrupts).
+        dispatcher: the deliveries whose leases it renews.
+        stop: set when the worker must stop (`fatal` says why).
+        owner: the lease owner (the worker's id).
+        queues: the queues served (None: all), as registered.
+        concurrency: the worker's, as registered.
+        lease_ttl: how long a renewal keeps a lease, and a registration.
+        served: the (flow, version) pairs served, as registered.
+    """
 
-    if TYPE_CHECKING:
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock,
+        inflight: InFlight,
+        dispatcher: Dispatcher,
+        stop: asyncio.Event,
+        *,
+        owner: str,
+        queues: list[str] | None,
+        concurrency: int,
+        lease_ttl: float,
+        served: Callable[[], list[tuple[str, str | None]]],
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.inflight = inflight
+        self.dispatcher = dispatcher
+        self._stop = stop
+        self.owner = owner
+        self.queues = queues
+        self.concurrency = concurrency
+        self.lease_ttl = lease_ttl
+        self._served = served
+        #: when the worker started serving (registered)
+        self.started_at = clock.time()
+        #: what stopped the worker from its heartbeat (`Worker.run` raises it)
+        self.fatal: PartitionsMismatch | None = None
 
-        def _served(self) -> list[tuple[str, str | None]]: ...  # the Worker's flows
+    def begin(self) -> None:
+        """The worker starts serving now: nothing has stopped it yet."""
+        self.fatal = None
+        self.started_at = self.clock.time()
 
-    def _beat(self) -> WorkerBeat:
+    def beat(self) -> WorkerBeat:
+        """What a registration says of the worker now (`Client.workers` reads it)."""
         now = self.clock.time()
         return WorkerBeat(
             worker_id=self.owner, host=socket.gethostname(), pid=os.getpid(),
             flows=tuple(sorted(served_name(n, v) for n, v in self._served())),
             queues=None if self.queues is None else tuple(self.queues),
-            concurrency=self.concurrency, in_flight=len(self._inflight),
-            started_at=self._started_at, beat_at=now, expires_at=now + self.lease_ttl,
+            concurrency=self.concurrency, in_flight=len(self.inflight),
+            started_at=self.started_at, beat_at=now, expires_at=now + self.lease_ttl,
         )  # fmt: skip
 
-    async def _register(self) -> None:
+    async def register(self) -> None:
         """Tell the store this worker is alive and what it serves (clients look)."""
         try:
-            await self.store.beat(self._beat())
+            await self.store.beat(self.beat())
         except PartitionsMismatch as exc:  # found again at a beat: no retry mends it
             log.error("worker %s stops: %s", self.owner, exc)
-            self._fatal = exc
+            self.fatal = exc
             self._stop.set()
         except Exception:
             log.exception("worker heartbeat failed; will try again")
 
-    async def _heartbeat(self, register: bool = False) -> None:
+    async def run(self, register: bool = False) -> None:
+        """Renew every third of a lease TTL (and register: `register`), until canceled."""
         interval = max(self.lease_ttl / 3, 0.05)
         while True:
             await asyncio.sleep(interval)
-            await self._renew_leases()
+            await self.renew()
             if register:  # after the leases: they are what a late heartbeat costs
-                await self._register()
+                await self.register()
 
-    async def _renew_leases(self, now: float | None = None) -> None:
+    async def renew(self, now: float | None = None) -> None:
         """Extend the leases held here to a TTL after `now` (default: the clock's now)."""
         expiry = (self.clock.time() if now is None else now) + self.lease_ttl
-        leases = [
-            (run_id, act.fence)
-            for run_id, (_, act) in self._inflight.items()
-            if act is not None and not act.crashed
-        ]
+        leases = self.inflight.leases()
         fences = dict(leases)
         try:
             await self.dispatcher.renew(expiry)
@@ -94,16 +122,16 @@ class Heartbeat:
             log.exception("lease heartbeat failed; will try again")
             return
         for run_id, reason in lost.cancel_requested.items():
-            entry = self._inflight.get(run_id)
-            if entry is None or entry[1] is None or entry[1].fence != fences.get(run_id):
+            act = self.inflight.activation(run_id)
+            if act is None or act.fence != fences.get(run_id):
                 continue
-            if not entry[1].suspending:  # parking: the park script sees the request
-                entry[1].request_cancel(reason)
+            if not act.suspending:  # parking: the park script sees the request
+                act.request_cancel(reason)
         for run_id in lost:
-            entry = self._inflight.get(run_id)
-            if entry is None or entry[1] is None or entry[1].fence != fences.get(run_id):
+            act = self.inflight.activation(run_id)
+            if act is None or act.fence != fences.get(run_id):
                 continue  # ended meanwhile (perhaps claimed again, with a new fence)
-            if entry[1].suspending:
+            if act.suspending:
                 continue  # parking or ending: its own writes say how it went
             # A cancel bumps the fence, and so does a takeover: every write of this
             # activation would be refused, so interrupt it now (the step executing
@@ -113,5 +141,4 @@ class Heartbeat:
                 "run %s: lease lost (canceled or taken over); interrupting its activation",
                 run_id,
             )
-            self._lost.add(run_id)
-            entry[0].cancel()
+            self.inflight.interrupt(run_id)

@@ -1,10 +1,17 @@
-"""The worker: claims ready runs, executes activations, keeps leases, fires timers."""
+"""The worker: claims ready runs, executes activations, keeps leases, fires timers.
+
+A `Worker` is made of parts, each with its own state, that it builds and holds:
+what it serves (`sdk.worker._serving`), the activations in flight
+(`sdk.worker._inflight`), its passes (`sdk.worker._poller`), its heartbeat
+(`sdk.worker._heartbeat`), the schedules' ticker (`sdk.worker._ticker`) and the
+outbox dispatcher (`sdk.worker._dispatch`). The worker runs the loops that drive
+them: `run` (until `stop`) and `run_until_idle` (tests).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import os
 import socket
@@ -16,32 +23,26 @@ from typing import TYPE_CHECKING, Any
 import cattrs
 
 from sdk._core._checks import check_id, check_int, check_optional_id, check_seconds
-from sdk._core._clock import Clock, SystemClock, moves_by_itself
-from sdk._core._serde import converter as records
-from sdk._core._serde import dumps
+from sdk._core._clock import Clock, SystemClock
 from sdk._core._tasks import cancel_and_wait
-from sdk._core._types import ErrorInfo, Reason
 from sdk._core._values import Serializer
-from sdk.engine._activation import Activation
 from sdk.engine._engine import Engine
 from sdk.engine._sticky import StickyCache
-from sdk.engine._sticky import reload as sticky_reload
 from sdk.errors import InvalidArgument
-from sdk.model._channels import ChannelDef
-from sdk.model._flowdef import FlowDef
 from sdk.model._intercept import Interceptor
-from sdk.model._queues import claim_limits
-from sdk.model._registry import Registry, channel_def_of, flow_def_of, version_order
-from sdk.store import CorruptData, Damaged, FailedRun, PartitionsMismatch
+from sdk.model._registry import Registry
+from sdk.store import PartitionsMismatch
 from sdk.worker import _quarantine
 from sdk.worker._dispatch import Dispatcher
 from sdk.worker._family import internal_channels
 from sdk.worker._heartbeat import Heartbeat
+from sdk.worker._inflight import InFlight
+from sdk.worker._poller import Poller
+from sdk.worker._serving import Serving, served_channel, served_flow
 from sdk.worker._ticker import Ticker
-from sdk.worker._undeclared import UndeclaredQueues
 
 if TYPE_CHECKING:
-    from sdk.store import Claim, Store
+    from sdk.store import Store
 
 __all__ = ["Worker"]
 
@@ -50,7 +51,7 @@ log = logging.getLogger("steadyflow.worker")
 _MAX_IDLE = 5.0  # longest a worker blocks without looking at timers and leases
 
 
-class Worker(Heartbeat):
+class Worker:
     """Executes runs. Run as many as you like against one store.
 
     Args:
@@ -141,11 +142,7 @@ class Worker(Heartbeat):
         self.grace_period = lease_ttl if grace_period is None else grace_period
         self.owner = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.registry = registry if registry is not None else Registry.default()
-        # flows given as functions are served as given (that version); names are
-        # looked up in the registry at each poll (every version registered)
-        self._given: dict[tuple[str, str | None], FlowDef] = {}
-        self._flows = None if flows is None else [self._resolve(f) for f in flows]
-        self._pinned = {name for name, _ in self._given}  # names given only as functions
+        served = None if flows is None else [served_flow(f) for f in flows]
         self.engine = Engine(
             store=store,
             clock=self.clock,
@@ -162,252 +159,28 @@ class Worker(Heartbeat):
             # being closed by the garbage collector outside their run, where a step
             # their cleanup calls would run as a plain function.
             weakref.finalize(self, self.engine.sticky.clear)
-        self._inflight: dict[str, tuple[asyncio.Task[None], Activation]] = {}
-        # the queue of each run executing here: its Queue(worker_concurrency=) room
-        self._queue_of: dict[str, str] = {}
-        # the last poll left a ready run for this worker's own cap (worker_concurrency):
-        # wait for a slot of its own, leaving the wake-up tokens to other workers
-        self._capped = False
-        # the last poll took every ready run it could (it had room left over)
-        self._drained = False
-        # runs whose activation was interrupted because the heartbeat found the
-        # lease lost (canceled, or taken over): nothing to hand back for them
-        self._lost: set[str] = set()
-        self._queue_check = UndeclaredQueues()  # says so once per flow on an undeclared queue
-        self._channels = None if channels is None else [self._resolve_channel(c) for c in channels]
+        delivered = None if channels is None else [served_channel(c) for c in channels]
         # child flows' ends and cascading cancels: served by every worker
-        self._internal = internal_channels(store, self.clock)
-        self._ticker = Ticker(store, self.clock, self.engine.serializer, self._current)  # schedules
+        internal = internal_channels(store, self.clock)
+        self._serving = Serving(self.registry, served, delivered, internal)
+        self._inflight = InFlight(store, self.clock, self.engine, self._serving.flow)
+        self._ticker = Ticker(store, self.clock, self.engine.serializer, self._serving.current)
         self.dispatcher = Dispatcher(
-            store, self.clock, self._served_channels,
+            store, self.clock, self._serving.channels,
             concurrency=concurrency, lease_ttl=self.lease_ttl,
         )  # fmt: skip
         self.dispatcher.interceptors = self.engine.interceptors  # deliveries too
         self._stop = asyncio.Event()
-        self._started_at = self.clock.time()
-        self._slot_freed = asyncio.Event()
-        self._recovery_error = dumps(
-            records.unstructure(
-                ErrorInfo(
-                    "sdk.errors:SteadyflowError",
-                    f"the run's lease expired more than {max_recoveries} times without progress",
-                    None,
-                    Reason.MAX_RECOVERIES_EXCEEDED,
-                )
-            )
-        )
-
-    def _resolve(self, f: Callable[..., Any] | str) -> str:
-        if isinstance(f, str):
-            return f
-        fd = flow_def_of(f)
-        if fd is None:
-            raise InvalidArgument(f"{f!r} is not a @flow function")
-        self._given[fd.name, fd.version] = fd
-        return fd.name
-
-    @staticmethod
-    def _resolve_channel(c: Callable[..., Any] | str) -> ChannelDef | str:
-        if isinstance(c, str):
-            return c
-        cdef = channel_def_of(c)
-        if cdef is None:
-            raise InvalidArgument(f"{c!r} is not a @channel handler")
-        return cdef
-
-    def _served_channels(self) -> dict[str, ChannelDef]:
-        """Channels whose intents this worker delivers (names resolved at each poll)."""
-        registered = self.registry.channels()
-        out = dict(self._internal)
-        if self._channels is None:
-            return {**registered, **out}
-        for c in self._channels:
-            if isinstance(c, ChannelDef):
-                out[c.name] = c
-            elif c in registered:
-                out[c] = registered[c]
-        return out
-
-    def _served_names(self) -> list[str]:
-        """Flow names this worker runs; runs of other flows stay queued for others."""
-        if self._flows is not None:
-            return self._flows
-        return list(self.registry.flows())
-
-    def _versions(self, name: str) -> dict[str | None, FlowDef]:
-        """The versions of flow `name` served here: those given as functions, or
-        (a name) every version registered."""
-        if name in self._pinned:
-            return {v: fd for (n, v), fd in self._given.items() if n == name}
-        if self._flows is not None and name not in self._flows:
-            return {}
-        return self.registry.versions(name)
-
-    def _served(self) -> list[tuple[str, str | None]]:
-        """The (flow, version) pairs this worker runs: a run is claimed only by a
-        worker that has the code of the version it started on (version routing)."""
-        names = dict.fromkeys(self._served_names())  # a name given twice: once
-        return [(name, v) for name in names for v in self._versions(name)]
-
-    def _flow(self, name: str, version: str | None) -> FlowDef | None:
-        """The definition of flow `name` at `version` served here, or None."""
-        return self._versions(name).get(version)
-
-    def _current(self, name: str) -> FlowDef | None:
-        """The newest served version of flow `name` (what its schedules start)."""
-        versions = self._versions(name)
-        return versions[max(versions, key=version_order)] if versions else None
-
-    # -- one pass ------------------------------------------------------------------
-
-    async def _poll(self) -> tuple[int, float | None]:
-        """Fire due timers, recover expired leases and claim what fits: one round trip
-        (and, when a served flow's schedule is due, its ticks' runs: see sdk.worker._ticker).
-
-        Returns how many runs were claimed (and tick runs started), and when the
-        next timer, lease or schedule is due.
-        """
-        free = max(self.concurrency - len(self._inflight), 0)
-        served = self._served()
-        self._queue_check.check(
-            [fd for name, v in served if (fd := self._flow(name, v)) is not None],
-            self.registry.queues(),
-        )
-        names = list(dict.fromkeys(name for name, _ in served))
-        await self._ticker.ensure(names)  # the @scheduled flows' schedules (once)
-        if not served:
-            free = 0  # nothing to serve: keep timers and leases, claim nothing
-        executing: dict[str, int] = {}
-        for q in self._queue_of.values():
-            executing[q] = executing.get(q, 0) + 1
-        polled_at = self.clock.time()
-        claims, tick = await self.store.poll(
-            self.owner, self.queues, free, polled_at, self.lease_ttl,
-            self.max_recoveries, self._recovery_error, flows=served,
-            limits=claim_limits(self.registry.queues().values(), executing),
+        self._poller = Poller(
+            store, self.clock, self._serving, self._inflight, self._ticker,
+            self.engine.interceptors, owner=self.owner, queues=self.queues,
+            concurrency=concurrency, lease_ttl=self.lease_ttl, max_recoveries=max_recoveries,
         )  # fmt: skip
-        self._capped = tick.capped
-        # the ready runs this pass could take were all taken: none is left behind
-        self._drained = len(claims) < free and not tick.capped
-        if tick.recovered:
-            log.warning("recovered %d run(s) whose lease expired", tick.recovered)
-            for hook in self.engine.interceptors:
-                hook.leases_recovered(tick.recovered)
-        if tick.repaired:
-            log.warning(
-                "repair pass: queued %d run(s) again that no index reached (see their "
-                "run.repaired events)", tick.repaired,
-            )  # fmt: skip
-        for damaged in tick.damaged:
-            self._fail_damaged(damaged)
-        for failed in tick.failed:  # by the pass itself: no activation logs them
-            _log_failed(failed)
-        for claim in claims:
-            self._spawn(claim, polled_at)
-        started, sched = 0, tick.schedules_due
-        if sched is not None and sched <= self.clock.time():
-            # their runs are queued (with wake-ups): the next pass claims them
-            started, sched = await self._ticker.fire(names)
-            self._drained = self._drained and not started  # their runs: the next pass
-        due = [t for t in (tick.next_due, sched) if t is not None]
-        return len(claims) + started, min(due, default=None)
-
-    def _spawn(self, claim: Claim, polled_at: float) -> None:
-        run_id = claim.run.run_id
-        if claim.damage is not None:
-            self._fail_damaged(claim.damage)
-            return
-        fd = self._flow(claim.run.flow, claim.run.flow_version)
-        sticky = self.engine.sticky
-        kept = None if sticky is None or fd is None else sticky.claimed(claim, fd)
-        if fd is None:
-            task = asyncio.create_task(self._unknown_flow(claim))
-            act = None
-        elif kept is not None:
-            act = kept
-            task = asyncio.create_task(self._execute(act, (claim, polled_at)))
-        elif claim.cached:  # its activation is no longer kept here: read the journal
-            act = None
-            task = asyncio.create_task(self._reload(claim, polled_at))
-        else:
-            try:
-                journal = _quarantine.decode(claim, self.store)
-            except _quarantine.Undecodable as bad:
-                self._fail_damaged(Damaged(run_id, bad.key, bad.detail, claim.run.fence))
-                return
-            act = Activation(
-                self.engine, claim.run, journal, fd, claim.mail, claim.lineage,
-                claimed_at=polled_at,
-            )  # fmt: skip
-            task = asyncio.create_task(self._execute(act))
-        self._lost.discard(run_id)  # a new activation: whatever befell an earlier one
-        self._inflight[run_id] = (task, act)  # type: ignore[assignment]
-        self._queue_of[run_id] = claim.run.queue
-        task.add_done_callback(functools.partial(self._done, run_id))
-
-    def _fail_damaged(self, damaged: Damaged) -> None:
-        """Fail a run whose stored data cannot be read, alone (`sdk.worker._quarantine`)."""
-        if damaged.run_id in self._inflight:
-            return  # its activation here reports it at its next write
-        task = asyncio.create_task(_quarantine.fail(self.store, self.clock, damaged))
-        self._inflight[damaged.run_id] = (task, None)  # type: ignore[assignment]
-        task.add_done_callback(functools.partial(self._done, damaged.run_id))
-
-    def _done(self, run_id: str, task: asyncio.Task[None]) -> None:
-        # Only if it is still the run's current task: a run re-queued as its
-        # activation ends (continue_as_new, a wake-up that was already there) can
-        # be claimed again before that activation's task is done, and the new
-        # activation must stay tracked (its lease renewed, its slot counted).
-        entry = self._inflight.get(run_id)
-        if entry is not None and entry[0] is task:
-            del self._inflight[run_id]
-            self._queue_of.pop(run_id, None)
-            self._lost.discard(run_id)
-        self._slot_freed.set()
-
-    async def _unknown_flow(self, claim: Claim) -> None:
-        # Only reachable if a flow left the registry between poll and spawn:
-        # hand the run back for a worker that serves its flow.
-        run = claim.run
-        log.warning(
-            "run %s: flow %r at version %r is not served here; handing it back",
-            run.run_id, run.flow, run.flow_version,
+        self._heartbeat = Heartbeat(
+            store, self.clock, self._inflight, self.dispatcher, self._stop,
+            owner=self.owner, queues=self.queues, concurrency=concurrency,
+            lease_ttl=self.lease_ttl, served=self._serving.pairs,
         )  # fmt: skip
-        await self.store.release(run.run_id, run.fence)
-
-    async def _reload(self, claim: Claim, polled_at: float) -> None:
-        full = await sticky_reload(self.store, claim)
-        if full is None:
-            return
-        entry = self._inflight.get(claim.run.run_id)
-        if entry is None or entry[0] is not asyncio.current_task():
-            return  # stopped meanwhile
-        self._spawn(full, polled_at)  # tracked under its new task from here
-
-    async def _execute(self, act: Activation, resumed: tuple[Claim, float] | None = None) -> None:
-        try:
-            if resumed is None:
-                await act.execute()
-            else:
-                claim, polled_at = resumed
-                await act.proceed(claim.run, claim.mail, polled_at)
-        except asyncio.CancelledError:
-            if act.run_id in self._lost:  # by the heartbeat: the run is no longer ours
-                raise
-            # Interrupted by stop(): hand the run back so another worker continues it.
-            with contextlib.suppress(Exception):
-                await asyncio.shield(act.release_on_cancel())
-            raise
-        except Exception:
-            log.exception(
-                "run %s: activation failed inside the engine; its lease will expire "
-                "and another activation will retry it", act.run_id,
-            )  # fmt: skip
-        error = act.store_error
-        if isinstance(error, CorruptData):  # a write found the run's data damaged
-            await _quarantine.fail(
-                self.store, self.clock, Damaged(act.run_id, error.key, error.detail, act.fence)
-            )
 
     # -- loops -----------------------------------------------------------------------
 
@@ -421,17 +194,17 @@ class Worker(Heartbeat):
         for nothing else, does not count either; on the real clock it does
         (it goes on by itself).
         """
-        hb = asyncio.create_task(self._heartbeat())
+        hb = asyncio.create_task(self._heartbeat.run())
         try:
             while True:
                 # Idle only after a pass that started with nothing in flight and
                 # claimed nothing: work that ends during a pass's awaits (a run
                 # holding the only slot, a run re-queued as it parks, a step
                 # recording intents) can leave something ready behind it.
-                was_busy = bool(self._busy()) or bool(self.dispatcher.tasks())
+                was_busy = bool(self._inflight.busy()) or bool(self.dispatcher.tasks())
                 # both on the wire at once: one round trip's wait, not two
                 (claimed, _), (sending, _) = await asyncio.gather(
-                    self._poll(), self.dispatcher.poll()
+                    self._poller.poll(), self.dispatcher.poll()
                 )
                 # A claim that filled every slot may have left more behind: look
                 # again now. One that had room took all that was ready: what is
@@ -439,9 +212,11 @@ class Worker(Heartbeat):
                 # starts, a delivery), so wait for some of it to end first. An
                 # activation waiting on a child parks once nothing else of it runs
                 # (its task ends), so the child is claimed then, and ends the wait.
-                if (claimed and not self._drained) or (sending and not self.dispatcher.drained):
+                if (claimed and not self._poller.drained) or (
+                    sending and not self.dispatcher.drained
+                ):
                     continue
-                busy = self._busy() + self.dispatcher.tasks()
+                busy = self._inflight.busy() + self.dispatcher.tasks()
                 if busy:
                     # ... or until one of them waits for its (fake) clock alone
                     held = self.engine.holding = asyncio.get_running_loop().create_future()
@@ -454,21 +229,14 @@ class Worker(Heartbeat):
         finally:
             await cancel_and_wait(hb)  # (on 3.11 a cancellation can be lost: see it)
 
-    def _busy(self) -> list[asyncio.Task[None]]:
-        """The activations in flight that go on without the clock's owner moving it."""
-        if moves_by_itself(self.clock):
-            return [t for t, _ in self._inflight.values()]
-        return [t for t, act in self._inflight.values() if act is None or not act.holding]
-
     async def run(self) -> None:
         """Serve until `stop()`: claim, execute, heartbeat, fire timers, recover."""
         self._stop.clear()
-        self._fatal = None
-        self._started_at = self.clock.time()
+        self._heartbeat.begin()
         if self.engine.sticky is not None:
             self.engine.sticky.serving = True  # kept runs' wake-ups wait for it (sticky_delay)
-        await self._register()
-        hb = asyncio.create_task(self._heartbeat(register=True))
+        await self._heartbeat.register()
+        hb = asyncio.create_task(self._heartbeat.run(register=True))
         outbox = asyncio.create_task(self.dispatcher.serve(self._stop))
         log.info("worker %s started (%s)", self.owner, self.store.describe())
         backoff = 0.1
@@ -476,8 +244,8 @@ class Worker(Heartbeat):
             while not self._stop.is_set():
                 try:
                     # cleared before the poll: a slot freed during it is not missed
-                    self._slot_freed.clear()
-                    _, next_due = await self._poll()
+                    self._inflight.slot_freed.clear()
+                    _, next_due = await self._poller.poll()
                     backoff = 0.1
                 except (asyncio.CancelledError, PartitionsMismatch):
                     raise  # (another partition count than the deployment's: no retry mends it)
@@ -504,24 +272,26 @@ class Worker(Heartbeat):
                 timeout = idle
                 if next_due is not None:
                     timeout = min(max(next_due - self.clock.time(), 0.001), idle)
-                if len(self._inflight) < self.concurrency and not self._capped:
+                if len(self._inflight) < self.concurrency and not self._poller.capped:
                     await self._wait_ready(timeout)
                 else:
-                    await self._sleep_or_stop(timeout, self._slot_freed)
+                    await self._sleep_or_stop(timeout, self._inflight.slot_freed)
         finally:
             self._stop.set()  # ends the dispatcher's loop too
             with contextlib.suppress(asyncio.CancelledError):
                 await outbox
             await cancel_and_wait(hb)
-            await asyncio.gather(self._drain(), self.dispatcher.drain(self.grace_period))
+            await asyncio.gather(
+                self._inflight.drain(self.grace_period), self.dispatcher.drain(self.grace_period)
+            )
             if self.engine.sticky is not None:
                 self.engine.sticky.serving = False
                 self.engine.sticky.clear()  # their wake-ups go to any worker after the delay
             with contextlib.suppress(Exception):  # else its registration just expires
                 await self.store.forget_worker(self.owner)
             log.info("worker %s stopped", self.owner)
-        if self._fatal is not None:
-            raise self._fatal  # (the heartbeat found another partition count)
+        if self._heartbeat.fatal is not None:
+            raise self._heartbeat.fatal  # (the heartbeat found another partition count)
 
     async def _wait_ready(self, timeout: float) -> None:
         owner = self.owner if self.engine.sticky is not None else None
@@ -553,33 +323,7 @@ class Worker(Heartbeat):
                 with contextlib.suppress(asyncio.CancelledError):
                     await t
 
-    async def _drain(self) -> None:
-        tasks = [t for t, _ in self._inflight.values()]
-        if not tasks:
-            return
-        log.info("waiting up to %.1fs for %d activation(s)", self.grace_period, len(tasks))
-        _, late = await asyncio.wait(tasks, timeout=self.grace_period)
-        for t in late:
-            t.cancel()
-        if late:
-            await asyncio.wait(late)
-            log.warning("handed %d unfinished run(s) back to the queue", len(late))
-
     async def stop(self) -> None:
         """Stop claiming; `run()` then lets in-flight work finish (within the grace
         period), hands back what is left, and returns."""
         self._stop.set()
-
-
-def _log_failed(failed: FailedRun) -> None:
-    """One WARNING line for a run the maintenance pass failed (timed out, or its
-    lease expired too often), as `sdk.engine._ending` logs a run its activation failed."""
-    said = {
-        Reason.TIMED_OUT.value: "the run did not finish within its timeout",
-        Reason.MAX_RECOVERIES_EXCEEDED.value: "its lease expired too many times without progress",
-    }.get(failed.reason, failed.reason)
-    log.warning(
-        "run %s of flow %s failed: %s (reason %s)",
-        failed.run_id, failed.flow or "?", said, failed.reason,
-        extra={"run_id": failed.run_id, "flow": failed.flow, "reason": failed.reason},
-    )  # fmt: skip
