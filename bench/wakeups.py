@@ -163,7 +163,7 @@ async def _memory(url: str, entries: int, runs: int = 100) -> float:
             gc.collect()
             held[cache] = tracemalloc.get_traced_memory()[0]
             tracemalloc.stop()
-            sticky = worker.engine.sticky
+            sticky = worker._sticky
             if sticky is not None:
                 assert len(sticky) == runs
                 sticky.clear()

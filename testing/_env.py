@@ -155,7 +155,7 @@ class FlowTestEnv:
             converter=self.serializer,
             sticky_cache=self._sticky_cache,
         )
-        sticky = self._worker.engine.sticky
+        sticky = self._worker._sticky
         self._crashes.forget = sticky.clear if sticky is not None else None
         return self
 
@@ -164,8 +164,8 @@ class FlowTestEnv:
             self._pass.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._pass
-        if self._worker is not None and self._worker.engine.sticky is not None:
-            self._worker.engine.sticky.clear()  # the kept flows unwind (they record nothing)
+        if self._worker is not None and self._worker._sticky is not None:
+            self._worker._sticky.clear()  # the kept flows unwind (they record nothing)
         if self._own_store and self._store is not None:
             await self._store.close()
         if self._started_clock:

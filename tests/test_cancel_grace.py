@@ -567,7 +567,7 @@ async def test_a_worker_keeping_the_cleanup_in_memory_does_not_continue_it_after
         await env.run_until_idle()
         await env.client.cancel(handle.run_id, reason="out of stock", grace=60)
         await env.run_until_idle()  # the cleanup parks on its sleep, kept by the worker
-        kept = env.worker.engine.sticky
+        kept = env.worker._sticky
         assert kept is not None and handle.run_id in kept
         await env.client.cancel(handle.run_id, reason="now")  # forced: the cleanup never ends
 

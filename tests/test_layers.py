@@ -110,3 +110,81 @@ def test_the_check_sees_an_upward_import_even_a_late_or_typing_one() -> None:
         "sdk.model._x imports sdk.worker._worker",
     ]
     assert upward("sdk.engine._x", source) == ["sdk.engine._x imports sdk.worker._worker"]
+
+
+# -- no import cycle ----------------------------------------------------------------------
+
+
+def _graph() -> dict[str, set[str]]:
+    """Module -> the project modules it imports (anywhere: typing and late imports too;
+    ``from pkg import name`` counts as the submodule when `name` is one)."""
+    modules = {
+        _module_name(path): path
+        for top in ("sdk", "stores", "testing")
+        for path in sorted((ROOT / top).rglob("*.py"))
+    }
+    graph: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        is_pkg = path.name == "__init__.py"
+        edges: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                edges.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = module.split(".")
+                    parts = parts if is_pkg else parts[:-1]
+                    parts = parts[: len(parts) - (node.level - 1)]
+                    base = ".".join([*parts, *([node.module] if node.module else [])])
+                for alias in node.names:
+                    sub = f"{base}.{alias.name}"
+                    edges.add(sub if sub in modules else base)
+        graph[module] = {e for e in edges if e in modules and e != module}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycle_among_the_projects_modules() -> None:
+    assert cycles(_graph()) == []
+
+
+def test_the_cycle_check_finds_a_cycle_in_a_graph_of_every_kind_of_import() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    graph = _graph()
+    assert "sdk.engine._state" in graph["sdk.engine._activation"]
+    assert "sdk._core._types" in graph["sdk.errors"]  # an import under TYPE_CHECKING counts

@@ -238,7 +238,7 @@ async def play(name: str, tmp: Path, cache: int) -> tuple[dict[str, Any], int]:
     where.mkdir()
     async with FlowTestEnv(FakeClock(START), sticky_cache=cache) as env:
         await SCENARIOS[name](env, where)
-        sticky = env.worker.engine.sticky
+        sticky = env.worker._sticky
         return await everything_recorded(env), 0 if sticky is None else sticky.hits
 
 
@@ -274,7 +274,7 @@ async def test_a_wake_up_continues_the_kept_flow_instead_of_replaying_it() -> No
 
         assert len(await handle.result()) == 6
         assert tops == ["waits_in_a_loop"]  # run from the top once: never replayed
-        sticky = env.worker.engine.sticky
+        sticky = env.worker._sticky
         assert sticky is not None and (sticky.hits, sticky.misses) == (4, 0)
 
 
@@ -290,7 +290,7 @@ async def test_without_the_cache_every_wake_up_replays_from_the_top() -> None:
 
         assert len(await handle.result()) == 6
         assert len(tops) == 5  # the start and four wake-ups
-        assert env.worker.engine.sticky is None
+        assert env.worker._sticky is None
 
 
 async def test_an_evicted_flow_unwinds_without_running_or_recording_its_cleanup() -> None:
@@ -301,7 +301,7 @@ async def test_an_evicted_flow_unwinds_without_running_or_recording_its_cleanup(
         await env.start(cleans_up, run_id="second")
         await env.run_until_idle()  # "second" parks: "first" is evicted, unwound
 
-        sticky = env.worker.engine.sticky
+        sticky = env.worker._sticky
         assert sticky is not None and "first" not in sticky and "second" in sticky
         assert executions == []  # its finally block's step raised instead of running
         store = env.store
@@ -331,7 +331,7 @@ async def test_a_run_another_worker_took_is_replayed_and_the_stale_copy_dropped(
 
         await env.advance(60)  # the env's worker drops its stale copy and replays
         assert len(await handle.result()) == 2
-        sticky = env.worker.engine.sticky
+        sticky = env.worker._sticky
         assert sticky is not None and (sticky.hits, sticky.misses) == (0, 1)
         assert handle.run_id not in sticky  # it finished
 
@@ -341,7 +341,7 @@ async def test_a_simulated_crash_drops_every_kept_run() -> None:
         for i in range(3):
             await env.start(cleans_up, run_id=f"kept-{i}")
         await env.run_until_idle()
-        sticky = env.worker.engine.sticky
+        sticky = env.worker._sticky
         assert sticky is not None and len(sticky) == 3
 
         env.crash_at("~wait:go#1", "after")
@@ -411,7 +411,7 @@ async def main() -> None:
     await Client(store).start(parked, run_id="r1")
     worker = Worker(store, [parked])
     await worker.run_until_idle()
-    print("kept", len(worker.engine.sticky))
+    print("kept", len(worker._sticky))
 
 asyncio.run(main())  # exits with the worker never stopped, its run kept
 """

@@ -34,7 +34,7 @@ round. Its state, and the operations its parts share, are in
   they make to a step, a wait or a timer raises `_Evicted` at once, so the
   unwinding runs no step and writes nothing. They run for real when a later
   activation reaches them.
-- **Keep.** With the worker's sticky cache on (`sdk.engine._sticky`), a parked
+- **Keep.** With the worker's sticky cache on (`sdk.worker._sticky`), a parked
   activation is kept as it is instead, and `proceed` continues it from its live
   frontier when its run is claimed again with its journal unchanged. It is
   discarded as above when the cache drops it.
@@ -89,7 +89,7 @@ class Activation(ActivationState):
         await self._activate()
 
     async def proceed(self, stored: StoredRun, mail: frozenset[Mailbox], claimed_at: float) -> None:
-        """Continue this kept activation (`sdk.engine._sticky`) where it parked: its run was
+        """Continue this kept activation (`sdk.worker._sticky`) where it parked: its run was
         claimed again (`stored`, `mail`) and its journal is as this activation left it.
 
         Its state is made what a replay of that journal would reach at the live
@@ -363,11 +363,9 @@ class Activation(ActivationState):
         for coro, _ in self._queued:  # never launched: the activation ended first
             coro.close()
         self._queued.clear()
-        sticky = self.engine.sticky
-        if self.kept and sticky is not None and not self.abandoned:
+        if self.kept and not self.abandoned:
             await self.settle()  # nothing runs at a park: this returns at once
             if not self.abandoned:
-                sticky.keep(self)  # the flow stays where it waits (`sdk.engine._sticky`)
-                return
+                return  # the flow stays where it waits: the worker keeps it (`kept`)
         self.discard()
         await self.settle()

@@ -206,11 +206,11 @@ async def park(act: ActivationState) -> None:
         await fail(act, FlowBlocked, str(err), None, Reason.FLOW_ERROR)
         return
     act.parking = True
-    sticky = act.engine.sticky
-    keep = sticky is not None and sticky.size > 0
-    delay = None  # kept: how long its wake-up waits for this worker (sdk.engine._sticky)
-    if keep and sticky is not None:
-        delay = sticky.delay if sticky.serving else 0.0
+    keeping = act.engine.keeping
+    keep = keeping is not None
+    delay = None  # kept: how long its wake-up waits for this worker (sdk.worker._sticky)
+    if keeping is not None:
+        delay = keeping.delay if keeping.serving else 0.0
     reply = await _end(
         act,
         act.store.suspend(
@@ -223,7 +223,7 @@ async def park(act: ActivationState) -> None:
     if reply is Parked.PARKED:
         act.hooks.parked(plan.waiting_on)
     if keep and (reply is Parked.PARKED or reply is Parked.READY):
-        # Kept (sdk.engine._sticky): the waiting calls hold what a replay would read from
+        # Kept (sdk.worker._sticky): the waiting calls hold what a replay would read from
         # the journal now, their pending records.
         ops = {op.key: op for op in act.waiting.values()}
         for key, text in plan.records:

@@ -15,9 +15,21 @@ from sdk.store import Store
 
 if TYPE_CHECKING:
     from sdk.client._client import Client
-    from sdk.engine._sticky import StickyCache
 
-__all__ = ["Engine"]
+__all__ = ["Engine", "Keeping"]
+
+
+@attrs.define
+class Keeping:
+    """The worker keeps the activations it parks (its sticky cache,
+    `sdk.worker._sticky`): what the engine's park asks of the store for them."""
+
+    #: seconds a kept run's wake-up waits for this worker before any worker takes it
+    delay: float
+    #: Routing holds a kept run's wake-up for this worker only while it serves
+    #: (`Worker.run`): a worker driven by `run_until_idle` (a test, a script) may be
+    #: gone by the next wake-up, and then nobody should wait for it.
+    serving: bool = False
 
 
 @attrs.define
@@ -31,8 +43,9 @@ class Engine:
     interceptors: list[Interceptor] = attrs.field(factory=list)
     serializer: Serializer = attrs.field(factory=Serializer.default)
     registry: Registry = attrs.field(factory=Registry.default)
-    #: the parked activations the worker keeps (`sdk.engine._sticky`); None: replay every wake-up
-    sticky: StickyCache | None = None
+    #: whether (and how) the worker keeps the activations it parks (`Activation.kept`);
+    #: None: it keeps none, every wake-up replays
+    keeping: Keeping | None = None
     #: resolved as an activation starts waiting in place for its clock alone
     #: (`Worker.run_until_idle` is looking; None: nobody is)
     holding: asyncio.Future[None] | None = None

@@ -84,7 +84,7 @@ class ActivationState:
         self.retry_override = RetryPolicy.from_json(stored.retry) if stored.retry else None
         self.abandoned = False
         self.parking = False
-        self.kept = False  # parked with the sticky cache on: kept, not unwound (`_close`)
+        self.kept = False  # parked, and kept by the worker (its sticky cache), not unwound
         self.store_error: Exception | None = None
         self.lost: LeaseLost | None = None
         self.resolving: Op | None = None  # the one wait being completed

@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING
 
 from sdk._core._clock import moves_by_itself
 from sdk.engine._activation import Activation
-from sdk.engine._sticky import reload as sticky_reload
 from sdk.store import CorruptData, Damaged
 from sdk.worker import _quarantine
+from sdk.worker._sticky import StickyCache
+from sdk.worker._sticky import reload as sticky_reload
 
 if TYPE_CHECKING:
     from sdk._core._clock import Clock
@@ -41,6 +42,7 @@ class InFlight:
         clock: the worker's clock.
         engine: what the activations share.
         flow: the definition of a flow at a version the worker serves, or None.
+        sticky: the activations the worker keeps once parked (None: it keeps none).
     """
 
     def __init__(
@@ -49,11 +51,13 @@ class InFlight:
         clock: Clock,
         engine: Engine,
         flow: Callable[[str, str | None], FlowDef | None],
+        sticky: StickyCache | None = None,
     ) -> None:
         self.store = store
         self.clock = clock
         self.engine = engine
         self._flow = flow
+        self._sticky = sticky
         # None for a task that fails a damaged run (it has no activation)
         self._tasks: dict[str, tuple[asyncio.Task[None], Activation | None]] = {}
         # the queue of each run executing here: its Queue(worker_concurrency=) room
@@ -111,7 +115,7 @@ class InFlight:
             self.fail_damaged(claim.damage)
             return
         fd = self._flow(claim.run.flow, claim.run.flow_version)
-        sticky = self.engine.sticky
+        sticky = self._sticky
         kept = None if sticky is None or fd is None else sticky.claimed(claim, fd)
         act: Activation | None
         if fd is None:
@@ -185,7 +189,10 @@ class InFlight:
             else:
                 claim, polled_at = resumed
                 await act.proceed(claim.run, claim.mail, polled_at)
+            if act.kept and self._sticky is not None:  # parked, the flow where it waits
+                self._sticky.keep(act)
         except asyncio.CancelledError:
+            act.discard()  # (kept or not, nothing of it goes on)
             if act.run_id in self._lost:  # by the heartbeat: the run is no longer ours
                 raise
             # Interrupted by stop(): hand the run back so another worker continues it.
@@ -193,6 +200,7 @@ class InFlight:
                 await asyncio.shield(act.release_on_cancel())
             raise
         except Exception:
+            act.discard()
             log.exception(
                 "run %s: activation failed inside the engine; its lease will expire "
                 "and another activation will retry it", act.run_id,

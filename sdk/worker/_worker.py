@@ -27,7 +27,6 @@ from sdk._core._clock import Clock, SystemClock
 from sdk._core._tasks import cancel_and_wait
 from sdk._core._values import Serializer
 from sdk.engine._engine import Engine
-from sdk.engine._sticky import StickyCache
 from sdk.errors import InvalidArgument
 from sdk.model._intercept import Interceptor
 from sdk.model._registry import Registry
@@ -39,6 +38,7 @@ from sdk.worker._heartbeat import Heartbeat
 from sdk.worker._inflight import InFlight
 from sdk.worker._poller import Poller
 from sdk.worker._serving import Serving, served_channel, served_flow
+from sdk.worker._sticky import StickyCache
 from sdk.worker._ticker import Ticker
 
 if TYPE_CHECKING:
@@ -151,19 +151,21 @@ class Worker:
             interceptors=list(interceptors),
             serializer=Serializer.of(converter),
             registry=self.registry,
-            sticky=sticky if sticky.size else None,
+            keeping=sticky.keeping if sticky.size else None,
         )
-        if self.engine.sticky is not None:
+        #: the activations this worker keeps once parked (None: it keeps none)
+        self._sticky = sticky if sticky.size else None
+        if self._sticky is not None:
             # A worker dropped with runs still kept (driven by run_until_idle, never
             # stopped): their flows are unwound properly, recording nothing, instead of
             # being closed by the garbage collector outside their run, where a step
             # their cleanup calls would run as a plain function.
-            weakref.finalize(self, self.engine.sticky.clear)
+            weakref.finalize(self, self._sticky.clear)
         delivered = None if channels is None else [served_channel(c) for c in channels]
         # child flows' ends and cascading cancels: served by every worker
         internal = internal_channels(store, self.clock)
         self._serving = Serving(self.registry, served, delivered, internal)
-        self._inflight = InFlight(store, self.clock, self.engine, self._serving.flow)
+        self._inflight = InFlight(store, self.clock, self.engine, self._serving.flow, self._sticky)
         self._ticker = Ticker(store, self.clock, self.engine.serializer, self._serving.current)
         self.dispatcher = Dispatcher(
             store, self.clock, self._serving.channels,
@@ -233,8 +235,8 @@ class Worker:
         """Serve until `stop()`: claim, execute, heartbeat, fire timers, recover."""
         self._stop.clear()
         self._heartbeat.begin()
-        if self.engine.sticky is not None:
-            self.engine.sticky.serving = True  # kept runs' wake-ups wait for it (sticky_delay)
+        if self._sticky is not None:
+            self._sticky.keeping.serving = True  # kept runs' wake-ups wait for it (sticky_delay)
         await self._heartbeat.register()
         hb = asyncio.create_task(self._heartbeat.run(register=True))
         outbox = asyncio.create_task(self.dispatcher.serve(self._stop))
@@ -284,9 +286,9 @@ class Worker:
             await asyncio.gather(
                 self._inflight.drain(self.grace_period), self.dispatcher.drain(self.grace_period)
             )
-            if self.engine.sticky is not None:
-                self.engine.sticky.serving = False
-                self.engine.sticky.clear()  # their wake-ups go to any worker after the delay
+            if self._sticky is not None:
+                self._sticky.keeping.serving = False
+                self._sticky.clear()  # their wake-ups go to any worker after the delay
             with contextlib.suppress(Exception):  # else its registration just expires
                 await self.store.forget_worker(self.owner)
             log.info("worker %s stopped", self.owner)
@@ -294,7 +296,7 @@ class Worker:
             raise self._heartbeat.fatal  # (the heartbeat found another partition count)
 
     async def _wait_ready(self, timeout: float) -> None:
-        owner = self.owner if self.engine.sticky is not None else None
+        owner = self.owner if self._sticky is not None else None
         waiter = asyncio.create_task(self.store.wait_ready(self.queues, timeout, owner=owner))
         stopper = asyncio.create_task(self._stop.wait())
         try:

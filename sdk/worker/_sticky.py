@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from sdk._core._checks import check_int, check_seconds
+from sdk.engine._engine import Keeping
 
 if TYPE_CHECKING:
     from sdk.engine._activation import Activation
@@ -56,11 +57,8 @@ class StickyCache:
         check_int(size, "Worker: sticky_cache", range(0, 10_000_001))
         check_seconds(delay, "Worker: sticky_delay")
         self.size = size
-        self.delay = float(delay)
-        # Routing holds a kept run's wake-up for this worker only while it serves
-        # (`Worker.run`): a worker driven by `run_until_idle` (a test, a script) may be
-        # gone by the next wake-up, and then nobody should wait for it.
-        self.serving = False
+        # what the engine's park asks of the store for a kept run (`Engine.keeping`)
+        self.keeping = Keeping(float(delay))
         self._runs: collections.OrderedDict[str, Activation] = collections.OrderedDict()
         self.hits = 0  # claims that continued a kept activation
         self.misses = 0  # claims of a kept run that replayed instead
