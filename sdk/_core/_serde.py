@@ -191,7 +191,7 @@ MOVED = {
     "sdk._starting": "sdk.client._starting",
     "sdk._step": "sdk.runtime._step",
     "sdk._steprun": "sdk.engine._steprun",
-    "sdk._sticky": "sdk.engine._sticky",
+    "sdk._sticky": "sdk.worker._sticky",
     "sdk._ticker": "sdk.worker._ticker",
     "sdk._timeline": "sdk.client._timeline",
     "sdk._treecopy": "sdk.client._treecopy",
