@@ -39,14 +39,14 @@ async def sequential_poll(store: RedisStore, now: float) -> None:
     ticks: list[TickResult] = []
     claims: list[Claim] = []
     for p in range(store.keys.partitions):
-        reply = await store._call(
-            "poll", [store._anchor(p)],
+        reply = await store._core.call(
+            "poll", [store._core.anchor(p)],
             [store.keys.base(p), "bench", num(now), num(now + 30), str(8 - len(claims)), "10",
              "{}", *limits_args(()), "0"],
         )  # fmt: skip
         ticked, taken = _decode.corrupt("", reply)
         ticks.append(_decode.tick_result(ticked))
-        claims += _decode.claims(taken, store.keys.run, store._key)
+        claims += _decode.claims(taken, store.keys.run, store._core.key)
     _decode.merged(ticks)
 
 

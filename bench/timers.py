@@ -15,7 +15,7 @@ their round trips.
 An idle worker blocks on ``BLPOP`` until work comes or its next deadline.
 Redis ends a blocking command's timeout at its next cron tick (``hz``, 10 by
 default: every 100 ms), so the store ends the wait itself at the deadline
-(`stores._base.RedisBase._blpop_until`, a token on a list of the wait's own).
+(`stores._storecore.StoreCore.blpop_until`, a token on a list of the wait's own).
 ``--compare`` also runs the parked sleeps with that turned off (the wait ends
 only when Redis ends it, as before 2026-11-24), so both are measured side by
 side against the same server. The server's ``hz`` is printed.
@@ -33,7 +33,7 @@ from typing import Any
 
 from bench._common import bench_store, emit, machine, machine_line, new_prefix, parser, table
 from sdk import Client, Worker, flow, sleep
-from stores import _base
+from stores import _storecore
 from stores.redis import RedisStore
 
 __all__ = ["main", "measure"]
@@ -49,17 +49,17 @@ async def naps(n: int, seconds: float) -> int:
 @contextlib.contextmanager
 def ended_by_redis() -> Iterator[None]:
     """The store's blocking waits end only when Redis ends them (no bell)."""
-    bell = _base.RedisBase._blpop_until
+    bell = _storecore.StoreCore.blpop_until
 
-    async def plain(self: _base.RedisBase, keys: list[str], timeout: float) -> bool:
-        reply = await self.blocking_client.blpop(keys, timeout=_base.block_seconds(timeout))
+    async def plain(self: _storecore.StoreCore, keys: list[str], timeout: float) -> bool:
+        reply = await self.blocking_client.blpop(keys, timeout=_storecore.block_seconds(timeout))
         return reply is not None
 
-    _base.RedisBase._blpop_until = plain  # type: ignore[method-assign]
+    _storecore.StoreCore.blpop_until = plain  # type: ignore[method-assign]
     try:
         yield
     finally:
-        _base.RedisBase._blpop_until = bell  # type: ignore[method-assign]
+        _storecore.StoreCore.blpop_until = bell  # type: ignore[method-assign]
 
 
 async def measure(

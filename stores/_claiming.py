@@ -1,4 +1,5 @@
-"""Claims: `Store.claim` and `Store.poll`, on one partition or across many.
+"""Claims and leases: `Store.claim` and `Store.poll`, on one partition or across
+many; `renew`, `tick` and `quarantine`.
 
 With one partition a claim is one script (``claim``; ``poll`` maintains the
 partition first): it takes the ready runs in queue order, lowest priority
@@ -32,7 +33,6 @@ partition (the older creation time wins).
 
 from __future__ import annotations
 
-import asyncio
 import math
 from collections import Counter
 from collections.abc import Sequence
@@ -40,27 +40,26 @@ from typing import Any
 
 import attrs
 
-from sdk.store import Claim, FlowScope, TickResult
+from sdk.store import Claim, FlowScope, Renewal, TickResult
 from sdk.store._queues import QueueLimits
 from stores import _codec, _decode
-from stores._children import Children
 from stores._codec import num
 from stores._keys import SUFFIX
 from stores._queuestore import limits_args
+from stores._storecore import StoreCore
 
-__all__ = ["Claiming"]
+__all__ = ["Claims"]
 
 _PRIORITY = 1 << 40  # a queue score is priority * 2^40 + the partition's enqueue sequence
 
 
-class Claiming(Children):
-    """`claim` and `poll` of `stores.redis.RedisStore`."""
+class Claims:
+    """Takes runs and keeps their leases: `claim`, `poll`, `renew`, `tick`, `quarantine`."""
 
-    _turn = 0  # where the next claim's rotation starts (per store)
-
-    def _key(self, suffix: str, run_id: str) -> str:
-        """A key of a run, by its `stores._keys.SUFFIX` name (for damage reports)."""
-        return self.keys.base_of(run_id) + SUFFIX[suffix] + run_id
+    def __init__(self, core: StoreCore) -> None:
+        self._core = core
+        self._keys = core.keys
+        self._turn = 0  # where the next claim's rotation starts (per store)
 
     async def claim(
         self,
@@ -74,13 +73,13 @@ class Claiming(Children):
         limits: Sequence[QueueLimits] = (),
     ) -> list[Claim]:
         scope = _codec.scope(flows, queues)
-        if self.keys.partitions == 1:
+        if self._keys.partitions == 1:
             return await self._take(0, owner, now, lease_ttl, max(limit, 0), limits, scope)
         if limit <= 0:
             return []
-        peeks = await self._each("claim", [
-            ([self._anchor(p)], self._args(p, owner, now, lease_ttl, -limit, limits, scope))
-            for p in self._partitions()
+        peeks = await self._core.each("claim", [
+            ([self._core.anchor(p)], self._args(p, owner, now, lease_ttl, -limit, limits, scope))
+            for p in self._core.partitions()
         ])  # fmt: skip
         claims, _ = await self._planned(
             [_decode.corrupt("", r) for r in peeks], owner, now, lease_ttl, limit, limits, scope
@@ -101,20 +100,20 @@ class Claiming(Children):
         limits: Sequence[QueueLimits] = (),
     ) -> tuple[list[Claim], TickResult]:
         scope = _codec.scope(flows, queues)
-        many = self.keys.partitions > 1
+        many = self._keys.partitions > 1
         ask = -limit if many else max(limit, 0)  # a negative limit: peek (see the module)
-        replies = await self._each("poll", [
-            ([self._anchor(p)], [
-                self.keys.base(p), owner, num(now), num(now + lease_ttl), str(ask),
+        replies = await self._core.each("poll", [
+            ([self._core.anchor(p)], [
+                self._keys.base(p), owner, num(now), num(now + lease_ttl), str(ask),
                 str(max_recoveries), recovery_error, *limits_args(limits), *scope,
             ])
-            for p in self._partitions()
+            for p in self._core.partitions()
         ])  # fmt: skip
         ticks, peeks, claims = [], [], []
         for reply in replies:
             ticked, taken, *best = _decode.corrupt("", reply)
             ticks.append(_decode.tick_result(ticked))
-            claims += _decode.claims(taken, self.keys.run, self._key)
+            claims += _decode.claims(taken, self._keys.run, self._core.key)
             peeks.append(best[0] if best else [])
         ticked = _decode.merged(ticks)
         if many and limit > 0:
@@ -123,35 +122,62 @@ class Claiming(Children):
                 ticked = attrs.evolve(ticked, capped=True)
         return claims, ticked
 
-    async def _each(self, name: str, calls: list[tuple[list[str], list[str]]]) -> list[Any]:
-        """Script `name` once per call, all at once: the replies in order. On one
-        node concurrent calls (the lane sends them in one write); on a cluster
-        one pipeline (redis-py sends each node its share, the nodes at once),
-        which saves the cluster client's per-command work."""
-        if len(calls) == 1:  # (one partition: no task for gather to make)
-            return [await self._call(name, *calls[0])]
-        if not self._layout_ok:
-            await self._layout()  # once, not once per partition
-        if self.cluster:
-            await self.client.initialize()
-            return await self._pipelined(name, calls)
-        return list(await asyncio.gather(*(self._call(name, k, a) for k, a in calls)))
+    async def renew(self, leases: Sequence[tuple[str, int]], expiry: float) -> Renewal:
+        by_part: dict[int, list[str]] = {}
+        for run_id, fence in leases:
+            by_part.setdefault(self._keys.partition(run_id), []).extend((run_id, str(fence)))
+        lost: list[str] = []
+        asked: list[str] = []
+        replies = await self._core.each("renew", [  # the partitions at once
+            ([self._core.anchor(p)], [self._keys.base(p), num(expiry), *flat])
+            for p, flat in by_part.items()
+        ])  # fmt: skip
+        for reply in replies:
+            if reply and reply[0] == "err":
+                _decode.corrupt("", reply)
+            lost += reply[0]
+            asked += reply[1]
+        return Renewal(lost, dict(zip(asked[::2], asked[1::2], strict=True)))
+
+    async def tick(
+        self, now: float, max_recoveries: int, recovery_error: str, limit: int = 100
+    ) -> TickResult:
+        replies = await self._core.each("tick", [  # the partitions at once
+            ([self._core.anchor(p)],
+             [self._keys.base(p), num(now), str(limit), str(max_recoveries), recovery_error])
+            for p in self._core.partitions()
+        ])  # fmt: skip
+        return _decode.merged(_decode.tick_result(_decode.corrupt("", r)) for r in replies)
+
+    async def quarantine(self, run_id: str, fence: int | None, now: float, error: str) -> bool:
+        k = self._keys
+        # The id goes back as the bytes it was read as: a run id that is not UTF-8
+        # (found in an index) is named by exactly those bytes.
+        raw = run_id.encode("utf-8", "surrogateescape")
+        base = k.base_of(run_id).encode()
+        reply = await self._core.call(
+            "quarantine",
+            [base + SUFFIX["run"].encode() + raw],
+            [base, raw, "" if fence is None else str(fence), num(now), error],
+        )
+        return bool(_decode.corrupt(run_id, reply) == 1)
 
     def _args(
         self, p: int, owner: str, now: float, lease_ttl: float, limit: int,
         limits: Sequence[QueueLimits], scope: Sequence[str],
     ) -> list[str]:  # fmt: skip
-        return [self.keys.base(p), owner, num(now), num(now + lease_ttl), str(limit),
+        return [self._keys.base(p), owner, num(now), num(now + lease_ttl), str(limit),
                 *limits_args(limits), *scope]  # fmt: skip
 
     async def _take(
         self, p: int, owner: str, now: float, lease_ttl: float, limit: int,
         limits: Sequence[QueueLimits], scope: Sequence[str],
     ) -> list[Claim]:  # fmt: skip
-        reply = await self._call(
-            "claim", [self._anchor(p)], self._args(p, owner, now, lease_ttl, limit, limits, scope)
+        core = self._core
+        reply = await core.call(
+            "claim", [core.anchor(p)], self._args(p, owner, now, lease_ttl, limit, limits, scope)
         )
-        return _decode.claims(_decode.corrupt("", reply), self.keys.run, self._key)
+        return _decode.claims(_decode.corrupt("", reply), self._keys.run, self._core.key)
 
     async def _planned(
         self, peeks: list[list[Any]], owner: str, now: float, lease_ttl: float, limit: int,
@@ -159,7 +185,7 @@ class Claiming(Children):
     ) -> tuple[list[Claim], bool]:  # fmt: skip
         """Round 2 (see the module): claim the best `limit` of the peeked candidates.
         Also whether a candidate was left for the caller's own cap (worker room)."""
-        n = self.keys.partitions
+        n = self._keys.partitions
         start, self._turn = self._turn, (self._turn + 1) % n
         order = sorted(
             (_rank(score, at, (p - start) % n), p, queue)
@@ -181,13 +207,13 @@ class Claiming(Children):
         if not plan:  # nothing ready (an idle poll ends here)
             return [], capped
         parts = sorted(plan, key=lambda p: (p - start) % n)
-        replies = await self._each("claim", [
-            ([self._anchor(p)],
+        replies = await self._core.each("claim", [
+            ([self._core.anchor(p)],
              self._args(p, owner, now, lease_ttl, plan[p].total(), _share(limits, plan[p]), scope))
             for p in parts
         ])  # fmt: skip
         batches = [
-            _decode.claims(_decode.corrupt("", r), self.keys.run, self._key) for r in replies
+            _decode.claims(_decode.corrupt("", r), self._keys.run, self._core.key) for r in replies
         ]
         claims = [c for batch in batches for c in batch]
         short = {p for p, batch in zip(parts, batches, strict=True) if len(batch) < plan[p].total()}
@@ -211,11 +237,11 @@ class Claiming(Children):
 
     def _ordered(self, claims: list[Claim], start: int) -> list[Claim]:
         """`claims` in the order the candidates were ranked (each partition's in its own)."""
-        n = self.keys.partitions
+        n = self._keys.partitions
         return [
             c for _, c in sorted(enumerate(claims), key=lambda ic: (
                 ic[1].run.priority, ic[1].run.created_at,
-                (self.keys.partition(ic[1].run.run_id) - start) % n, ic[0],
+                (self._keys.partition(ic[1].run.run_id) - start) % n, ic[0],
             ))
         ]  # fmt: skip
 

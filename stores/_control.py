@@ -4,14 +4,18 @@ cancel, resume, delete (each one script on the run's partition)."""
 from __future__ import annotations
 
 from sdk.store import EventType, Mailbox, Refused, Rewind
-from stores._base import RedisBase
 from stores._codec import mailbox_name, num, refused
+from stores._storecore import StoreCore
 
-__all__ = ["Control"]
+__all__ = ["RunControl"]
 
 
-class Control(RedisBase):
+class RunControl:
     """`signal`, `audit`, `cancel`, `resume`, `delete`."""
+
+    def __init__(self, core: StoreCore) -> None:
+        self._core = core
+        self._keys = core.keys
 
     async def signal(
         self,
@@ -24,8 +28,8 @@ class Control(RedisBase):
         event_data: str = "",
         decision_by: str | None = None,
     ) -> bool | Refused:
-        k = self.keys
-        reply = await self._call(
+        k = self._keys
+        reply = await self._core.call(
             "signal",
             [k.run(run_id)],
             [k.base_of(run_id), run_id, mailbox_name(mailbox), payload, dedup_id or "",
@@ -37,8 +41,8 @@ class Control(RedisBase):
     async def audit(
         self, run_id: str, event_type: EventType, now: float, event_data: str
     ) -> Refused | None:
-        k = self.keys
-        reply = await self._call(
+        k = self._keys
+        reply = await self._core.call(
             "audit",
             [k.run(run_id)],
             [k.base_of(run_id), run_id, str(event_type), num(now), event_data],
@@ -57,11 +61,11 @@ class Control(RedisBase):
         forced_data: str = "",
         forcing_data: str = "",
     ) -> Refused | None:
-        k = self.keys
+        k = self._keys
         args = [k.base_of(run_id), run_id, reason, num(now), event_data]
         if grace_until is not None:
             args += [num(grace_until), request_data, forced_data, forcing_data]
-        reply = await self._call("cancel", [k.run(run_id)], args)
+        reply = await self._core.call("cancel", [k.run(run_id)], args)
         return refused(reply)
 
     async def resume(
@@ -74,16 +78,16 @@ class Control(RedisBase):
         version: str | None = None,
         rewind: Rewind | None = None,
     ) -> Refused | None:
-        k = self.keys
+        k = self._keys
         args = [k.base_of(run_id), run_id, discard_key or "", num(now), event_data, version or ""]
         if rewind is not None:
             args += [str(rewind.fence), str(rewind.checkpoint_id or ""), *rewind.keys]
-        reply = await self._call("resume", [k.run(run_id), k.journal(run_id)], args)
+        reply = await self._core.call("resume", [k.run(run_id), k.journal(run_id)], args)
         return refused(reply)
 
     async def delete(self, run_id: str, now: float, *, event_data: str = "") -> Refused | None:
-        k = self.keys
-        reply = await self._call(
+        k = self._keys
+        reply = await self._core.call(
             "delete", [k.run(run_id)], [k.base_of(run_id), run_id, num(now), event_data]
         )
         return refused(reply)

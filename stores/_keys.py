@@ -215,7 +215,7 @@ class Keys:
 
     def bell(self, wait: str) -> str:
         """The list one blocking wait also watches, so that the store ends it at its
-        due time (`RedisBase._blpop_until`). Partition 0: it lives for a moment."""
+        due time (`StoreCore.blpop_until`). Partition 0: it lives for a moment."""
         return self.base(0) + SUFFIX["bell"] + wait
 
     def status_index(self, partition: int, status: str) -> str:
@@ -249,7 +249,7 @@ class Keys:
         return self.base(0) + SUFFIX["worker"]
 
     def layout(self) -> str:
-        """The partition count the deployment was first used with (`RedisBase`
+        """The partition count the deployment was first used with (`StoreCore`
         checks it). Tag ``p0`` whatever the count: every process finds it, one
         that was given another count too; with one partition it is that
         partition's tag."""

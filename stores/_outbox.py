@@ -10,7 +10,7 @@ from redis.exceptions import ResponseError
 
 from sdk.store import CorruptData, Delivery, IntentClaim, StoredIntent
 from stores import _codec
-from stores._base import RedisBase
+from stores._storecore import StoreCore
 
 __all__ = ["Outbox"]
 
@@ -23,11 +23,14 @@ def _turned(items: list[T], turn: int) -> list[T]:
     return items[k:] + items[:k]
 
 
-class Outbox(RedisBase):
+class Outbox:
     """Claim, settle and renew intent deliveries; read a run's intents."""
 
-    #: Calls of `claim_intents` so far (where the next one starts).
-    _intent_turn = 0
+    def __init__(self, core: StoreCore) -> None:
+        self._core = core
+        self._keys = core.keys
+        #: Calls of `claim_intents` so far (where the next one starts).
+        self._turn = 0
 
     async def claim_intents(
         self, channels: Sequence[str], limit: int, now: float, lease_ttl: float
@@ -40,15 +43,15 @@ class Outbox(RedisBase):
         # channel after channel, up to `limit`; each call starts one partition and
         # one channel further on, so one with more due intents than a call takes
         # does not keep the others waiting for as long as it stays backlogged.
-        turn = self._intent_turn
-        self._intent_turn = turn + 1
-        parts = _turned(list(self._partitions()), turn)
+        turn = self._turn
+        self._turn = turn + 1
+        parts = _turned(list(self._core.partitions()), turn)
         chans = _turned(list(channels), turn)
         for p in parts:
-            taken, soonest = await self._call(
+            taken, soonest = await self._core.call(
                 "claim_intents",
-                [self._anchor(p)],
-                [self.keys.base(p), _codec.num(now), _codec.num(now + lease_ttl),
+                [self._core.anchor(p)],
+                [self._keys.base(p), _codec.num(now), _codec.num(now + lease_ttl),
                  str(max(limit - len(claims), 0)), *chans],
             )  # fmt: skip
             claims += [
@@ -70,11 +73,11 @@ class Outbox(RedisBase):
         event_data: str = "",
     ) -> bool:
         outcome = Delivery(outcome)
-        p = self.keys.partition(claim.run_id)
-        reply = await self._call(
+        p = self._keys.partition(claim.run_id)
+        reply = await self._core.call(
             "settle_intent",
-            [self.keys.intent(p, claim.intent_id)],
-            [self.keys.base(p), claim.intent_id, str(claim.delivery), _codec.num(now),
+            [self._keys.intent(p, claim.intent_id)],
+            [self._keys.base(p), claim.intent_id, str(claim.delivery), _codec.num(now),
              outcome.value, "" if due is None else _codec.num(due), error, event_data],
         )  # fmt: skip
         return bool(reply == 1)
@@ -82,21 +85,23 @@ class Outbox(RedisBase):
     async def renew_intents(self, claims: Sequence[IntentClaim], expiry: float) -> list[str]:
         by_part: dict[int, list[str]] = {}
         for c in claims:
-            by_part.setdefault(self.keys.partition(c.run_id), []).extend(
+            by_part.setdefault(self._keys.partition(c.run_id), []).extend(
                 (c.intent_id, str(c.delivery))
             )
         lost: list[str] = []
         for p, flat in by_part.items():
-            lost += await self._call(
-                "renew_intents", [self._anchor(p)], [self.keys.base(p), _codec.num(expiry), *flat]
+            lost += await self._core.call(
+                "renew_intents",
+                [self._core.anchor(p)],
+                [self._keys.base(p), _codec.num(expiry), *flat],
             )
         return lost
 
     async def intents(self, run_id: str) -> list[StoredIntent] | None:
-        if not self._layout_ok:
-            await self._read_layout()
-        k = self.keys
-        async with self.client.pipeline(transaction=False) as pipe:
+        if not self._core.layout_ok:
+            await self._core.read_layout()
+        k = self._keys
+        async with self._core.client.pipeline(transaction=False) as pipe:
             pipe.exists(k.run(run_id))
             pipe.smembers(k.intents(run_id))
             exists, ids = await pipe.execute(raise_on_error=False)
@@ -105,20 +110,20 @@ class Outbox(RedisBase):
         # Damaged data (a key of another type, a field missing or not a number)
         # is this run's alone: CorruptData naming the key, never a raw error.
         if isinstance(ids, ResponseError):
-            raise await self._unreadable(run_id, k.intents(run_id), ids, "set")
+            raise await self._core.unreadable(run_id, k.intents(run_id), ids, "set")
         bad = next((i for i in ids if not i.isdigit()), None)
         if bad is not None:
             raise CorruptData(run_id, k.intents(run_id), f"holds {bad[:40]!r}, not an intent id")
         p = k.partition(run_id)
         ordered = sorted(ids, key=int)
-        async with self.client.pipeline(transaction=False) as pipe:
+        async with self._core.client.pipeline(transaction=False) as pipe:
             for iid in ordered:
                 pipe.hgetall(k.intent(p, iid))
             rows = await pipe.execute(raise_on_error=False)
         out = []
         for iid, h in zip(ordered, rows, strict=True):
             if isinstance(h, ResponseError):
-                raise await self._unreadable(run_id, k.intent(p, iid), h, "hash")
+                raise await self._core.unreadable(run_id, k.intent(p, iid), h, "hash")
             if h:
                 try:
                     out.append(_codec.intent(iid, h))
@@ -131,6 +136,7 @@ class Outbox(RedisBase):
         if not channels:
             await asyncio.sleep(max(timeout, 0.001))
             return False
-        return await self._blpop_any(
-            [[self.keys.outbox_wake(p, c) for c in channels] for p in self._partitions()], timeout
+        return await self._core.blpop_any(
+            [[self._keys.outbox_wake(p, c) for c in channels] for p in self._core.partitions()],
+            timeout,
         )

@@ -9,8 +9,8 @@ import asyncio
 from collections.abc import Sequence
 
 from sdk.store._queues import QueueLimits, QueueStats
-from stores._base import RedisBase
 from stores._codec import num
+from stores._storecore import StoreCore
 
 __all__ = ["Queues", "limits_args"]
 
@@ -31,19 +31,23 @@ def limits_args(limits: Sequence[QueueLimits]) -> list[str]:
     return out
 
 
-class Queues(RedisBase):
+class Queues:
     """`queue_stats`."""
+
+    def __init__(self, core: StoreCore) -> None:
+        self._core = core
+        self._keys = core.keys
 
     async def queue_stats(
         self, queues: Sequence[str], limits: Sequence[QueueLimits], now: float
     ) -> list[QueueStats]:
         found: dict[str, QueueStats] = {}
         replies = await asyncio.gather(*(  # the partitions at once
-            self._call(
-                "queues", [self._anchor(p)],
-                [self.keys.base(p), num(now), *limits_args(limits), "0", *queues],
+            self._core.call(
+                "queues", [self._core.anchor(p)],
+                [self._keys.base(p), num(now), *limits_args(limits), "0", *queues],
             )
-            for p in self._partitions()
+            for p in self._core.partitions()
         ))  # fmt: skip
         for reply in replies:
             if reply and reply[0] == "err":

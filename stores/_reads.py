@@ -18,28 +18,32 @@ from sdk.store import (
     StoredRun,
 )
 from stores import _codec, _decode
-from stores._base import RedisBase, block_seconds
 from stores._keys import SUFFIX
 from stores._listing import Partition, merged
+from stores._storecore import StoreCore, block_seconds
 from stores._wakeups import ShardedFeed
 
-__all__ = ["Reads"]
+__all__ = ["RunReads"]
 
 
-class Reads(RedisBase):
+class RunReads:
     """Runs, lineage, events, checkpoints, the live feed; wake-up and finish waits."""
 
+    def __init__(self, core: StoreCore) -> None:
+        self._core = core
+        self._keys = core.keys
+
     async def get_run(self, run_id: str) -> StoredRun | None:
-        return await self._read_run(run_id, self.keys.run(run_id))
+        return await self._read_run(run_id, self._keys.run(run_id))
 
     async def get_tombstone(self, run_id: str) -> StoredRun | None:
-        return await self._read_run(run_id, self.keys.gone(run_id))
+        return await self._read_run(run_id, self._keys.gone(run_id))
 
     async def _read_run(self, run_id: str, key: str) -> StoredRun | None:
-        if not self._layout_ok:
-            await self._read_layout()
+        if not self._core.layout_ok:
+            await self._core.read_layout()
         try:
-            h: Any = await self.client.hgetall(key)
+            h: Any = await self._core.client.hgetall(key)
         except ResponseError as e:
             return await self._mistyped_run(run_id, key, e)
         return _decode.stored_run(run_id, h, key) if h else None
@@ -49,7 +53,7 @@ class Reads(RedisBase):
         damaged, with nothing read. Another error is raised as it is."""
         if not str(error).startswith("WRONGTYPE"):
             raise error
-        kind: Any = await self.client.type(key)
+        kind: Any = await self._core.client.type(key)
         return _decode.damaged_run(run_id, {}, key, f"holds a {kind}, not a hash")
 
     async def list_runs(
@@ -60,9 +64,9 @@ class Reads(RedisBase):
         *,
         parent_run_id: str | None = None,
     ) -> list[StoredRun]:
-        if not self._layout_ok:
-            await self._read_layout()
-        k = self.keys
+        if not self._core.layout_ok:
+            await self._core.read_layout()
+        k = self._keys
 
         def index(p: int) -> str:
             if parent_run_id is not None:
@@ -77,26 +81,26 @@ class Reads(RedisBase):
         # pages of about twice a partition's share of `limit` (stores._listing)
         page = min(100, max(10, 2 * -(-limit // k.partitions)))
         parts = [
-            Partition(self.client, k, index(p), page, wanted, self._mistyped_run)
-            for p in self._partitions()
+            Partition(self._core.client, k, index(p), page, wanted, self._mistyped_run)
+            for p in self._core.partitions()
         ]
         return await merged(parts, limit)
 
     async def read_lineage(self, run_id: str) -> Lineage | None:
-        if not self._layout_ok:
-            await self._read_layout()
-        k = self.keys
+        if not self._core.layout_ok:
+            await self._core.read_layout()
+        k = self._keys
         base = k.base_of(run_id)
         names = [k.run(run_id), k.journal(run_id), base + SUFFIX["jseq"] + run_id,
                  base + SUFFIX["lineage"] + run_id, k.checkpoints(run_id)]  # fmt: skip
-        async with self.client.pipeline(transaction=False) as pipe:
+        async with self._core.client.pipeline(transaction=False) as pipe:
             for name in names[:4]:
                 pipe.hgetall(name)
             pipe.xrange(names[4], "-", "+")
             replies = await pipe.execute(raise_on_error=False)
         for name, reply, want in zip(names, replies, ("hash",) * 4 + ("stream",), strict=True):
             if isinstance(reply, ResponseError):
-                raise await self._unreadable(run_id, name, reply, want)
+                raise await self._core.unreadable(run_id, name, reply, want)
         h, journal, jseq, lineage, cps = replies
         if not h:
             return None
@@ -116,24 +120,24 @@ class Reads(RedisBase):
         )  # fmt: skip
 
     async def events(self, run_id: str, cursor: str | None, limit: int) -> list[StoredEvent]:
-        if not self._layout_ok:
-            await self._read_layout()
+        if not self._core.layout_ok:
+            await self._core.read_layout()
         start = "-" if cursor is None else f"({cursor}"
-        key = self.keys.events(run_id)
+        key = self._keys.events(run_id)
         try:
-            entries: Any = await self.client.xrange(key, start, "+", count=limit)
+            entries: Any = await self._core.client.xrange(key, start, "+", count=limit)
         except ResponseError as e:
-            raise await self._unreadable(run_id, key, e, "stream") from None
+            raise await self._core.unreadable(run_id, key, e, "stream") from None
         return [_codec.stored_event(str(eid), run_id, fields, key) for eid, fields in entries]
 
     async def approvers(self, run_id: str) -> dict[Mailbox, tuple[str, ...]]:
-        if not self._layout_ok:
-            await self._read_layout()
-        key = self.keys.base_of(run_id) + SUFFIX["approvers"] + run_id
+        if not self._core.layout_ok:
+            await self._core.read_layout()
+        key = self._keys.base_of(run_id) + SUFFIX["approvers"] + run_id
         try:
-            found: Any = await self.client.hgetall(key)  # decode_responses: str -> str
+            found: Any = await self._core.client.hgetall(key)  # decode_responses: str -> str
         except ResponseError as e:
-            raise await self._unreadable(run_id, key, e, "hash") from None
+            raise await self._core.unreadable(run_id, key, e, "hash") from None
         out: dict[Mailbox, tuple[str, ...]] = {}
         for box, who in found.items():
             if _decode.unreadable(box) or _decode.unreadable(who) or box[:2] not in ("h:", "s:"):
@@ -142,30 +146,30 @@ class Reads(RedisBase):
         return out
 
     async def checkpoints(self, run_id: str) -> list[StoredCheckpoint]:
-        if not self._layout_ok:
-            await self._read_layout()
+        if not self._core.layout_ok:
+            await self._core.read_layout()
         # Run-level checkpoints are stream entries; a step_completed checkpoint
         # lives in its step's js: entry ("seq:id:at", see the Lua `journaled`).
-        k = self.keys
+        k = self._keys
         names = (k.checkpoints(run_id), k.base_of(run_id) + SUFFIX["jseq"] + run_id)
-        async with self.client.pipeline(transaction=False) as pipe:
+        async with self._core.client.pipeline(transaction=False) as pipe:
             pipe.xrange(names[0], "-", "+")
             pipe.hgetall(names[1])
             replies = await pipe.execute(raise_on_error=False)
         for name, reply, want in zip(names, replies, ("stream", "hash"), strict=True):
             if isinstance(reply, ResponseError):
-                raise await self._unreadable(run_id, name, reply, want)
+                raise await self._core.unreadable(run_id, name, reply, want)
         entries, marks = replies
         return _codec.checkpoints(entries, marks, run_id, names)
 
     async def correlation(self, run_ids: Sequence[str]) -> dict[str, tuple[str, str | None]]:
         """Trace and tenant ids of runs (for feed followers); unknown runs are left
         out, and so are runs whose record cannot be read (their events still come)."""
-        if not self._layout_ok:
-            await self._read_layout()
-        async with self.client.pipeline(transaction=False) as pipe:
+        if not self._core.layout_ok:
+            await self._core.read_layout()
+        async with self._core.client.pipeline(transaction=False) as pipe:
             for run_id in run_ids:
-                pipe.hmget(self.keys.run(run_id), ["trace_id", "tenant_id"])
+                pipe.hmget(self._keys.run(run_id), ["trace_id", "tenant_id"])
             rows = await pipe.execute(raise_on_error=False)
         return {
             run_id: (trace or run_id, tenant or None)
@@ -179,17 +183,17 @@ class Reads(RedisBase):
     async def follow(
         self, subscription: Any, timeout: float, count: int
     ) -> tuple[list[StoredEvent], Any]:
-        if not self._layout_ok:
-            await self._read_layout()
-        channels = [self.keys.feed(p) for p in self._partitions()]
-        if subscription is None and self.cluster:
+        if not self._core.layout_ok:
+            await self._core.read_layout()
+        channels = [self._keys.feed(p) for p in self._core.partitions()]
+        if subscription is None and self._core.cluster:
             # Sharded channels (the scripts SPUBLISH there), one connection per master.
-            subscription = await ShardedFeed.open(self.client, channels)  # type: ignore[arg-type]
+            subscription = await ShardedFeed.open(self._core.client, channels)  # type: ignore[arg-type]
         if isinstance(subscription, ShardedFeed):
             found = (_codec.feed_event(data) for data in await subscription.get(timeout, count))
             return [event for event in found if event is not None], subscription
         if subscription is None:
-            subscription = self.blocking_client.pubsub()
+            subscription = self._core.blocking_client.pubsub()
             await subscription.subscribe(*channels)
             for _ in channels:  # subscribed to all before returning (an ack reads as None)
                 await subscription.get_message(timeout=5.0)
@@ -217,19 +221,19 @@ class Reads(RedisBase):
     ) -> bool:
         names = list(queues) if queues else [None]
         own = [] if owner is None else [owner]  # the runs it keeps in memory (sticky)
-        return await self._blpop_any(
+        return await self._core.blpop_any(
             [
-                [self.keys.wake(p, q) for q in names] + [self.keys.swake(p, o) for o in own]
-                for p in self._partitions()
+                [self._keys.wake(p, q) for q in names] + [self._keys.swake(p, o) for o in own]
+                for p in self._core.partitions()
             ],
             timeout,
         )
 
     async def wait_finished(self, run_id: str, timeout: float) -> bool:
-        if not self._layout_ok:
-            await self._read_layout()
+        if not self._core.layout_ok:
+            await self._core.read_layout()
         # Rotating the one-element list onto itself reads it without taking it,
         # so every waiter wakes. Returns at once if the run already finished.
-        key = self.keys.done(run_id)
-        reply = await self.blocking_client.brpoplpush(key, key, block_seconds(timeout))
+        key = self._keys.done(run_id)
+        reply = await self._core.blocking_client.brpoplpush(key, key, block_seconds(timeout))
         return reply is not None

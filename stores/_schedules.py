@@ -23,9 +23,9 @@ from sdk.store._schedules import (
     StoredSchedule,
 )
 from stores import _codec, _decode
-from stores._children import Children
 from stores._codec import num
 from stores._keys import SUFFIX
+from stores._storecore import StoreCore
 
 __all__ = ["Schedules"]
 
@@ -33,23 +33,27 @@ __all__ = ["Schedules"]
 DUE_LIMIT = 500
 
 
-class Schedules(Children):
+class Schedules:
     """The schedule operations of `stores.redis.RedisStore` (fires are pipelined as
-    child starts are: `Children._pipelined`)."""
+    child starts are: `StoreCore.pipelined`)."""
+
+    def __init__(self, core: StoreCore) -> None:
+        self._core = core
+        self._keys = core.keys
 
     def _schedule_key(self, schedule_id: str) -> str:
-        return self.keys.base(0) + SUFFIX["schedule"] + schedule_id
+        return self._keys.base(0) + SUFFIX["schedule"] + schedule_id
 
     def schedule_run_id(self, run_id: str) -> str:
-        return self.keys.in_partition(run_id, 0)
+        return self._keys.in_partition(run_id, 0)
 
     async def save_schedule(self, new: NewSchedule, *, replace: bool, now: float) -> int:
         key = self._schedule_key(new.schedule_id)
-        reply = await self._call(
+        reply = await self._core.call(
             "schedule_save",
             [key],
             [
-                self.keys.base(0), new.schedule_id, "ensure" if replace else "create", num(now),
+                self._keys.base(0), new.schedule_id, "ensure" if replace else "create", num(now),
                 new.spec, "" if new.next_at is None else num(new.next_at), new.flow, new.queue,
                 "cron", new.cron, "tz", new.tz, "args", new.args, "overlap", new.overlap,
                 "catchup", "" if new.catchup is None else num(new.catchup),
@@ -61,26 +65,28 @@ class Schedules(Children):
         self, schedule_id: str, op: ScheduleOp, now: float, next_at: float | None = None
     ) -> bool:
         key = self._schedule_key(schedule_id)
-        reply = await self._call(
+        reply = await self._core.call(
             "schedule_state",
             [key],
-            [self.keys.base(0), schedule_id, op.value, num(now),
+            [self._keys.base(0), schedule_id, op.value, num(now),
              "" if next_at is None else num(next_at)],
         )  # fmt: skip
         return bool(_decode.corrupt("", reply) == 1)
 
     async def schedules(self, schedule_ids: Sequence[str] | None = None) -> list[StoredSchedule]:
-        if not self._layout_ok:
-            await self._read_layout()
+        if not self._core.layout_ok:
+            await self._core.read_layout()
         ids: list[str]
         if schedule_ids is None:
             ids = [
                 str(x)
-                for x in await self.client.zrange(self.keys.base(0) + SUFFIX["schedules"], 0, -1)
+                for x in await self._core.client.zrange(
+                    self._keys.base(0) + SUFFIX["schedules"], 0, -1
+                )
             ]
         else:
             ids = list(schedule_ids)
-        async with self.client.pipeline(transaction=False) as pipe:
+        async with self._core.client.pipeline(transaction=False) as pipe:
             for sid in ids:
                 pipe.hgetall(self._schedule_key(sid))
             rows = await pipe.execute(raise_on_error=False)
@@ -92,9 +98,9 @@ class Schedules(Children):
             if sched is not None:
                 out.append(sched)
         # statuses of the last runs, in one more round trip
-        async with self.client.pipeline(transaction=False) as pipe:
+        async with self._core.client.pipeline(transaction=False) as pipe:
             for s in out:
-                pipe.hget(self.keys.run(s.last_run_id or "-"), "status")
+                pipe.hget(self._keys.run(s.last_run_id or "-"), "status")
             statuses = await pipe.execute(raise_on_error=False)
         return [
             _with_status(s, st if isinstance(st, str) else "")
@@ -106,10 +112,10 @@ class Schedules(Children):
     ) -> tuple[list[StoredSchedule], float | None]:
         if not flows:
             return [], None
-        reply = await self._call(
+        reply = await self._core.call(
             "schedule_due",
-            [self._anchor(0)],
-            [self.keys.base(0), num(now), str(DUE_LIMIT), *flows],
+            [self._core.anchor(0)],
+            [self._keys.base(0), num(now), str(DUE_LIMIT), *flows],
         )
         nxt, rows = _decode.corrupt("", reply)
         out = []
@@ -120,7 +126,7 @@ class Schedules(Children):
         return out, (float(nxt) if nxt else None)
 
     async def fire_schedules(self, fires: Sequence[ScheduleFire]) -> list[list[str] | None]:
-        base = self.keys.base(0)
+        base = self._keys.base(0)
         calls = []
         for fire in fires:
             args = [
@@ -136,7 +142,7 @@ class Schedules(Children):
                 ]  # fmt: skip
             calls.append(([self._schedule_key(fire.schedule_id)], args))
         out: list[list[str] | None] = []
-        for reply in await self._pipelined("schedule_fire", calls):
+        for reply in await self._core.pipelined("schedule_fire", calls):
             _decode.corrupt("", reply)
             out.append(None if reply == 0 else [str(r) for r in reply[1:]])
         return out

@@ -6,14 +6,15 @@ TTL), both in partition 0. Each beat also drops the registrations that
 expired (atomically, in its script, so a worker renewing meanwhile keeps its
 record); reading only reads, so a read-only user can list workers.
 
-Each beat also checks the deployment's partition count again (`_layout`; one
-round trip a beat, off the hot path). A store checks it once, before its first
-script call, so without this a Redis that lost its data (restarted without
-persistence) would leave the count unrecorded for the next process to record,
-whatever its own: a process given another count would then split the runs
-unnoticed. With it, the live workers record the count again within a beat,
-and one that finds another count raises `PartitionsMismatch` (the worker stops
-on it, as on a first check).
+Each beat also checks the deployment's partition count again
+(`StoreCore.check_layout`; one round trip a beat, off the hot path). A store
+checks it once, before its first script call, so without this a Redis that
+lost its data (restarted without persistence) would leave the count
+unrecorded for the next process to record, whatever its own: a process
+given another count would then split the runs unnoticed. With it, the live
+workers record the count again within a beat, and one that finds another
+count raises `PartitionsMismatch` (the worker stops on it, as on a first
+check).
 """
 
 from __future__ import annotations
@@ -24,32 +25,38 @@ from typing import Any
 import attrs
 
 from sdk.store._records import WorkerBeat
-from stores._base import RedisBase
 from stores._codec import num
+from stores._storecore import StoreCore
 
-__all__ = ["Workers"]
+__all__ = ["WorkerBeats"]
 
 
-class Workers(RedisBase):
-    """`beat`, `forget_worker`, `workers`."""
+class WorkerBeats:
+    """The registry of live workers: `beat`, `forget_worker`, `workers`."""
+
+    def __init__(self, core: StoreCore) -> None:
+        self._core = core
+        self._keys = core.keys
 
     async def beat(self, beat: WorkerBeat) -> None:
-        await self._layout()  # every beat (see the module's docstring)
+        await self._core.check_layout()  # every beat (see the module's docstring)
         record = json.dumps(attrs.asdict(beat), separators=(",", ":"), ensure_ascii=False)
-        await self._call(
+        await self._core.call(
             "beat",
-            [self.keys.workers()],
-            [self.keys.base(0), beat.worker_id, record, num(beat.expires_at), num(beat.beat_at)],
+            [self._keys.workers()],
+            [self._keys.base(0), beat.worker_id, record, num(beat.expires_at), num(beat.beat_at)],
         )
 
     async def forget_worker(self, worker_id: str) -> None:
-        await self._call("forget_worker", [self.keys.workers()], [self.keys.base(0), worker_id])
+        await self._core.call(
+            "forget_worker", [self._keys.workers()], [self._keys.base(0), worker_id]
+        )
 
     async def workers(self, now: float) -> list[WorkerBeat]:
         # Reads only (a read-only user may list workers); writers prune.
-        async with self.client.pipeline(transaction=False) as pipe:
-            pipe.zrangebyscore(self.keys.workers(), f"({num(now)}", "+inf")
-            pipe.hgetall(self.keys.worker())
+        async with self._core.client.pipeline(transaction=False) as pipe:
+            pipe.zrangebyscore(self._keys.workers(), f"({num(now)}", "+inf")
+            pipe.hgetall(self._keys.worker())
             alive, records = await pipe.execute()
         found = []
         for w in alive:

@@ -5,57 +5,86 @@ event loop that created them, so make a store inside the loop that uses it
 (never at module level). How runs are laid out in Redis (keys in
 `stores._keys`, scripts in ``stores/lua``, encodings in `stores._codec`)
 stays inside `stores`.
+
+`RedisStore` holds a `StoreCore` (`stores._storecore`: the clients, the key
+layout, the scripts and how they are sent, the partition-count check, the
+blocking waits) and hands each call of the protocol to one part built over
+it, each a plain object that owns its concern:
+
+- `Starts` (`stores._starts`): `create_run`, `create_runs`, `derive_run`;
+- `Claims` (`stores._claiming`): `claim`, `poll`, `renew`, `tick`, `quarantine`;
+- `FencedWrites` (`stores._writes`): an activation's writes (`record`,
+  `record_many`, `consume`, `suspend`, `finish`...);
+- `RunReads` (`stores._reads`): runs, lineage, events, checkpoints, the live
+  feed, wake-up and finish waits;
+- `RunControl` (`stores._control`): signal, audit, cancel, resume, delete;
+- `Outbox` (`stores._outbox`), `WorkerBeats` (`stores._workers`),
+  `EventDelivery` (`stores._events`), `Schedules` (`stores._schedules`),
+  `Queues` (`stores._queuestore`).
 """
 
 from __future__ import annotations
 
-import json
-import secrets
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 from urllib.parse import urlsplit
 
 import redis.asyncio as aioredis
-from redis.asyncio.retry import Retry
-from redis.backoff import ExponentialWithJitterBackoff
 
 from sdk.store import (
+    Claim,
     Consumed,
-    CorruptData,
+    Delivery,
+    EventDelivered,
     EventType,
     EventWatch,
+    FlowScope,
+    IntentClaim,
+    Lineage,
     Mailbox,
     NewIntent,
     NewRun,
+    NewSchedule,
     Parked,
-    Refusal,
+    QueueLimits,
+    QueueStats,
     Refused,
     Renewal,
+    Rewind,
     RunStatus,
+    ScheduleFire,
+    ScheduleOp,
     StartOutcome,
     StepEvent,
+    StoredCheckpoint,
+    StoredEvent,
+    StoredIntent,
+    StoredRun,
+    StoredSchedule,
     TickResult,
+    WorkerBeat,
 )
-from stores import _codec, _decode
-from stores._children import Children
-from stores._claiming import Claiming
+from stores._claiming import Claims
+from stores._clients import redact, redis_clients
 from stores._cluster import CLUSTER_SCHEMES, DEFAULT_PARTITIONS, cluster_clients
-from stores._codec import mailbox_name, num
-from stores._control import Control
-from stores._events import Events
-from stores._keys import SUFFIX, Keys
+from stores._control import RunControl
+from stores._events import EventDelivery
+from stores._keys import Keys
 from stores._outbox import Outbox
 from stores._queuestore import Queues
-from stores._reads import Reads
-from stores._redispy import READ_ERRORS, is_cluster, script_runner, unavailable
+from stores._reads import RunReads
+from stores._redispy import ScriptRunner, unavailable
 from stores._schedules import Schedules
-from stores._scripts import build_scripts
-from stores._workers import Workers
+from stores._starts import Starts
+from stores._storecore import StoreCore
+from stores._wakeups import ShardedWaits
+from stores._workers import WorkerBeats
+from stores._writes import FencedWrites
 
 __all__ = ["RedisStore"]
 
 
-class RedisStore(Claiming, Reads, Control, Outbox, Workers, Events, Schedules, Children, Queues):
+class RedisStore:
     """Steadyflow's storage on Redis (or on fakeredis, for ``memory://``).
 
     Args:
@@ -77,37 +106,38 @@ class RedisStore(Claiming, Reads, Control, Outbox, Workers, Events, Schedules, C
             seconds; default `client`. `from_url` gives
             them a pool of their own.
 
+    Each method of the store protocol (`sdk.store.Store`, documented there)
+    hands the call to the part that does it (see the module).
+
     Example::
 
         store = RedisStore.from_url("redis://localhost:6379/0")
     """
 
     def __init__(
-        self,
-        client: aioredis.Redis,
-        *,
-        prefix: str = "sf",
-        partitions: int = 1,
-        blocking_client: aioredis.Redis | None = None,
-        max_events_per_run: int = 10_000,
-    ) -> None:
-        self.client = client
-        self.blocking_client = blocking_client or client
-        self.keys = Keys(prefix, partitions)
-        self._bell_id = secrets.token_hex(6)  # names its waits' bells (RedisBase._blpop_until)
-        if max_events_per_run < 100:
-            raise ValueError(f"max_events_per_run must be at least 100, got {max_events_per_run}")
-        self.max_events_per_run = max_events_per_run
-        #: Whether `client` is a Redis Cluster client (scripts then guard against slot migration).
-        self.cluster = is_cluster(client)
-        scripts = build_scripts(events_max=max_events_per_run, cluster=self.cluster)
-        # redis-py's script objects: their SHA, and their NOSCRIPT reload.
-        self._scripts = {name: client.register_script(src) for name, src in scripts.items()}
-        # Every operation is a script call (see stores._redispy).
-        self._runner = script_runner(client)
+        self, client: aioredis.Redis, *, prefix: str = "sf", partitions: int = 1,
+        blocking_client: aioredis.Redis | None = None, max_events_per_run: int = 10_000,
+    ) -> None:  # fmt: skip
+        core = StoreCore(
+            client,
+            prefix=prefix,
+            partitions=partitions,
+            blocking_client=blocking_client,
+            max_events_per_run=max_events_per_run,
+        )
+        self._core = core
+        self._starts = Starts(core)
+        self._claims = Claims(core)
+        self._writes = FencedWrites(core)
+        self._reads = RunReads(core)
+        self._control = RunControl(core)
+        self._outbox = Outbox(core)
+        self._workers = WorkerBeats(core)
+        self._events = EventDelivery(core)
+        self._schedules = Schedules(core)
+        self._queues = Queues(core)
+        #: What `describe` calls the store (its URL without a password).
         self._label = "redis"
-        # `record`'s key names per run (base, (run, journal)): built once, not per step
-        self._record_keys: dict[str, tuple[str, tuple[str, str]]] = {}
 
     @classmethod
     def from_url(
@@ -130,357 +160,349 @@ class RedisStore(Claiming, Reads, Control, Outbox, Workers, Events, Schedules, C
         cluster (`stores._cluster`, docs/operations.md#redis-cluster-and-partitions).
         """
         scheme = urlsplit(url).scheme
-        if scheme in CLUSTER_SCHEMES:
-            return cls._from_cluster_url(url, prefix, partitions, kwargs)
-        if partitions is None:
-            partitions = 1
-        if scheme not in ("redis", "rediss", "unix"):
-            raise ValueError(f"unsupported store URL scheme {scheme!r} in {_redact(url)!r}")
-        kwargs.setdefault("health_check_interval", 30)
-        kwargs.setdefault("socket_connect_timeout", 5.0)
-        if scheme != "unix":  # unix-socket connections refuse the option (TypeError)
-            kwargs.setdefault("socket_keepalive", True)
-        # No read timeout on commands by default: any socket timeout makes
-        # redis-py wrap every read in asyncio.wait_for (~14 µs a step write).
-        # Blocking reads (BLPOP, BRPOPLPUSH, the feed's Pub/Sub) wait up to 5 s:
-        # their pool gets 30 s.
-        command_timeout = kwargs.pop("socket_timeout", None)
         # Options of the store itself, not of the connection pool.
         caps = {k: kwargs.pop(k) for k in ("max_events_per_run",) if k in kwargs}
-        if any(v < 100 for v in caps.values()):  # before any pool exists
-            raise ValueError("max_events_per_run must be at least 100")
-        # Unlike redis.Redis(), Redis.from_url() retries nothing: after a Redis
-        # restart every pooled connection would fail its next command once
-        # ("Connection closed by server"). Retry connection errors a few times.
-        # A retry can re-run a script whose reply was lost, so every script is
-        # safe to run twice: consume answers from the journal, signals carry a
-        # dedup id (the client makes one), fenced writes refuse a second run.
-        kwargs.setdefault("retry", Retry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), 3))
-        # Commands wait for a free connection instead of failing when more
-        # activations than `max_connections` write at once. Half the pool is
-        # for script calls (the store keeps those checked out), half for the rest.
-        # Replies are decoded leniently: see stores._redispy (READ_ERRORS).
-        kwargs.setdefault("encoding_errors", READ_ERRORS)
-        pool = aioredis.BlockingConnectionPool.from_url(
-            url,
-            max_connections=2 * kwargs.pop("max_connections", 64),
-            timeout=None,
-            decode_responses=True,
-            socket_timeout=command_timeout,
-            **kwargs,
-        )
-        client = aioredis.Redis.from_pool(pool)  # owns the pool: aclose() closes it
-        # Blocking reads (worker wake-ups, result waiters) each hold a connection
-        # for seconds: they get a pool of their own so they never starve writes.
-        blocking = aioredis.Redis.from_url(
-            url,
-            decode_responses=True,
-            max_connections=100_000,
-            socket_timeout=max(command_timeout or 0.0, 30.0),
-            **kwargs,
-        )
+        if scheme in CLUSTER_SCHEMES:
+            partitions = DEFAULT_PARTITIONS if partitions is None else partitions
+            Keys(prefix, partitions)  # checked before any client is made
+            found = cluster_clients(url, **kwargs)
+            # Typed as a Redis: the cluster client answers the same commands.
+            client, blocking = cast("tuple[aioredis.Redis, aioredis.Redis]", found)
+        else:
+            if scheme not in ("redis", "rediss", "unix"):
+                raise ValueError(f"unsupported store URL scheme {scheme!r} in {redact(url)!r}")
+            if any(v < 100 for v in caps.values()):  # before any pool exists
+                raise ValueError("max_events_per_run must be at least 100")
+            client, blocking = redis_clients(url, **kwargs)
+            partitions = 1 if partitions is None else partitions
         store = cls(client, prefix=prefix, partitions=partitions, blocking_client=blocking, **caps)
-        store._label = _redact(url)
+        store._label = redact(url)
         return store
 
-    @classmethod
-    def _from_cluster_url(
-        cls, url: str, prefix: str, partitions: int | None, kwargs: dict[str, Any]
-    ) -> RedisStore:
-        caps = {k: kwargs.pop(k) for k in ("max_events_per_run",) if k in kwargs}
-        Keys(prefix, DEFAULT_PARTITIONS if partitions is None else partitions)  # checked first
-        client, blocking = cluster_clients(url, **kwargs)
-        # Typed as a Redis: the cluster client answers the same commands.
-        store = cls(
-            cast("aioredis.Redis", client),
-            prefix=prefix,
-            partitions=DEFAULT_PARTITIONS if partitions is None else partitions,
-            blocking_client=cast("aioredis.Redis", blocking),
-            **caps,
-        )
-        store._label = _redact(url)
-        return store
+    # -- what the core holds ------------------------------------------------------
+
+    @property
+    def client(self) -> aioredis.Redis:
+        """The client for commands and script calls."""
+        return self._core.client
+
+    @property
+    def blocking_client(self) -> aioredis.Redis:
+        """The client for blocking reads (`client` unless given one)."""
+        return self._core.blocking_client
+
+    @property
+    def keys(self) -> Keys:
+        """The store's key names (`stores._keys`)."""
+        return self._core.keys
+
+    @property
+    def cluster(self) -> bool:
+        """Whether `client` is a Redis Cluster client."""
+        return self._core.cluster
+
+    @property
+    def max_events_per_run(self) -> int:
+        """About how many newest events a run's event log keeps."""
+        return self._core.max_events_per_run
+
+    @property
+    def _scripts(self) -> dict[str, Any]:
+        """The store's scripts by name (redis-py script objects: their SHA, their source)."""
+        return self._core.scripts
+
+    @property
+    def _runner(self) -> ScriptRunner:
+        """How script calls are sent (a benchmark may swap it)."""
+        return self._core.runner
+
+    @_runner.setter
+    def _runner(self, runner: ScriptRunner) -> None:
+        self._core.runner = runner
+
+    @property
+    def _waits(self) -> ShardedWaits | None:
+        """The cluster wake-up waits, once the first wait made them."""
+        return self._core.waits
 
     def describe(self) -> dict[str, Any]:
         return {
             "store": self._label,
-            "prefix": self.keys.prefix,
-            "partitions": self.keys.partitions,
+            "prefix": self._core.keys.prefix,
+            "partitions": self._core.keys.partitions,
         }
 
     async def close(self) -> None:
-        await self._close_waits()
-        await self._runner.close()
-        if self.blocking_client is not self.client:
-            await self.blocking_client.aclose()
-        await self.client.aclose()
-
-    # -- runs -------------------------------------------------------------
-
-    async def create_run(
-        self, new: NewRun, event_data: str = "", *, max_pending: int | None = None
-    ) -> StartOutcome:
-        k = self.keys
-        reply = await self._call(
-            "start",
-            [k.run(new.run_id)],
-            [k.base_of(new.run_id), new.run_id, new.args_hash, event_data,
-             "" if max_pending is None else str(max_pending), *_codec.run_fields(new)],
-        )  # fmt: skip
-        code, status = _decode.corrupt(new.run_id, reply)  # an existing record may be damaged
-        if code == -2:  # the queue is full: nothing written
-            return StartOutcome(created=False, status=RunStatus.PENDING, full=int(status))
-        return StartOutcome(created=code == 1, status=RunStatus(status), conflict=code == -1)
-
-    async def derive_run(
-        self,
-        new: NewRun,
-        journal: Sequence[tuple[str, str]],
-        lineage: Sequence[tuple[str, str]],
-        event_type: EventType,
-        event_data: str,
-        mail: Sequence[tuple[Mailbox, str, str]] = (),
-    ) -> Refused | None:
-        k = self.keys
-        fields = _codec.run_fields(new)
-        reply = await self._call(
-            "derive",
-            [k.run(new.run_id), k.journal(new.run_id)],
-            [
-                k.base_of(new.run_id), new.run_id, new.args_hash, str(event_type), event_data,
-                str(len(fields) // 2), *fields,
-                str(len(journal)), *(x for pair in journal for x in pair),
-                str(len(mail)),
-                *(x for box, payload, dedup in mail for x in (mailbox_name(box), payload, dedup)),
-                *(x for pair in lineage for x in pair),
-            ],
-        )  # fmt: skip
-        return _codec.refused(reply)
-
-    # -- activations ----------------------------------------------------------
-
-    async def record(
-        self,
-        run_id: str,
-        fence: int,
-        key: str,
-        record: str,
-        *,
-        now: float = 0.0,
-        event: StepEvent | None = None,
-        intents: Sequence[NewIntent] = (),
-    ) -> bool:
-        names = self._record_keys.get(run_id)
-        if names is None:
-            if len(self._record_keys) >= 4096:
-                self._record_keys.clear()
-            k = self.keys
-            names = self._record_keys[run_id] = (
-                k.base_of(run_id),
-                (k.run(run_id), k.journal(run_id)),
-            )
-        etype, edata, ecp = ("", "", "") if event is None else (
-            event.type._value_, event.data, event.checkpoint._value_ if event.checkpoint else ""
-        )  # fmt: skip
-        args = [names[0], run_id, str(fence), key, record, num(now), etype, edata, ecp]
-        if not intents:
-            # the runner directly (what `_call` does): one coroutine less per step
-            reply = await self._runner.run(self._scripts["record"], names[1], args)
-            if reply.__class__ is list:  # an error reply: damaged data, or a bad argument
-                _decode.corrupt(run_id, reply)
-            return bool(reply == 1)
-        for intent in intents:
-            # the end of the intent's event data; the script puts its id first
-            tail = json.dumps(
-                {"channel": intent.channel, "idempotency_key": intent.idempotency_key},
-                separators=(",", ":"), ensure_ascii=False,
-            )  # fmt: skip
-            args += [intent.channel, intent.body, tail[1:]]
-        args.append(str(len(intents)))  # `record`'s arguments, then the intents and their count
-        reply = await self._call("record_out", names[1], args)
-        return bool(_decode.corrupt(run_id, reply) == 1)
-
-    async def mark(self, run_id: str, fence: int, key: str, now: float) -> bool:
-        k = self.keys
-        ok = await self._call(
-            "mark", [k.run(run_id)], [k.base_of(run_id), run_id, str(fence), key, num(now)]
-        )
-        return bool(_decode.corrupt(run_id, ok) == 1)
-
-    async def consume(
-        self,
-        run_id: str,
-        fence: int,
-        key: str,
-        mailbox: Mailbox,
-        now: float,
-        deadline: float | None,
-        record: str,
-        timeout_record: str,
-        *,
-        watch: EventWatch | None = None,
-    ) -> tuple[Consumed, str | None]:
-        k = self.keys
-        args = [
-            k.base_of(run_id), run_id, str(fence), key, _codec.mailbox_name(mailbox),
-            num(now), "" if deadline is None else num(deadline),
-            _codec.splice_prefix(record), timeout_record,
-        ]  # fmt: skip
-        if watch is not None:
-            args += [watch.token, watch.event, watch.shape]
-        reply = await self._call("consume", [k.run(run_id), k.journal(run_id)], args)
-        code = int(_decode.corrupt(run_id, reply)[0])
-        if code == -1:
-            return Consumed.FENCED, None
-        if code == 1:
-            if _decode.unreadable(reply[1]):
-                raise CorruptData(
-                    run_id, self._key("mailbox", run_id) + ":" + _codec.mailbox_name(mailbox),
-                    f"a signal's payload holds bytes that are not UTF-8: {_decode.show(reply[1])}",
-                )  # fmt: skip
-            return Consumed.SIGNAL, reply[1]
-        return (Consumed.TIMEOUT if code == 2 else Consumed.EMPTY), None
-
-    async def suspend(
-        self,
-        run_id: str,
-        fence: int,
-        now: float,
-        deadline: float | None,
-        status: RunStatus,
-        records: Sequence[tuple[str, str]],
-        mailboxes: Sequence[Mailbox],
-        *,
-        approvers: Mapping[Mailbox, Sequence[str]] | None = None,
-        sticky: float | None = None,
-        waiting_on: str | None = None,
-    ) -> Parked:
-        k = self.keys
-        flat = [x for pair in records for x in pair]
-        boxes = [_codec.mailbox_name(box) for box in mailboxes]
-        allowed = [
-            x for box, who in (approvers or {}).items()
-            for x in (_codec.mailbox_name(box), "\n".join(who))
-        ]  # fmt: skip
-        reply = await self._call(
-            "suspend",
-            [k.run(run_id), k.journal(run_id)],
-            [
-                k.base_of(run_id), run_id, str(fence), num(now),
-                "" if deadline is None else num(deadline), status.value,
-                str(len(records)), *flat, str(len(boxes)), *boxes,
-                "" if sticky is None else num(sticky), waiting_on or "", *allowed,
-            ],
-        )  # fmt: skip
-        _decode.corrupt(run_id, reply)
-        if reply == -1:
-            return Parked.FENCED
-        return Parked.PARKED if reply == 1 else Parked.READY
-
-    async def finish(
-        self,
-        run_id: str,
-        fence: int,
-        status: RunStatus,
-        now: float,
-        *,
-        result: str | None = None,
-        result_type: str | None = None,
-        error: str | None = None,
-        reason: str | None = None,
-        retention: float | None = None,
-        delete_until: float | None = None,
-    ) -> Refused | None:
-        k = self.keys
-        given = {"result": result, "result_type": result_type, "error": error, "reason": reason}
-        flat = [x for name, value in given.items() if value is not None for x in (name, value)]
-        reply = await self._call(
-            "finish",
-            [k.run(run_id)],
-            [
-                k.base_of(run_id), run_id, str(fence), status.value, num(now), error or "",
-                "" if delete_until is None else num(delete_until),
-                "" if retention is None else num(retention), *flat,
-            ],
-        )  # fmt: skip
-        if reply == -1:
-            return Refused(Refusal.FENCED)
-        if isinstance(reply, list) and reply[1] == "corrupt":
-            _decode.corrupt(run_id, reply)  # an activation's write: raised, not refused
-        return _codec.refused(reply)
-
-    async def continue_as_new(
-        self, run_id: str, fence: int, now: float, args: str, event_data: str, archive_data: str
-    ) -> Refused | None:
-        k = self.keys
-        reply = await self._call(
-            "continue",
-            [k.run(run_id), k.journal(run_id)],
-            [k.base_of(run_id), run_id, str(fence), num(now), args, event_data, archive_data],
-        )
-        if reply == -1:
-            return Refused(Refusal.FENCED)
-        if isinstance(reply, list) and reply[1] == "corrupt":
-            _decode.corrupt(run_id, reply)  # an activation's write: raised, not refused
-        return _codec.refused(reply)
-
-    async def release(self, run_id: str, fence: int) -> None:
-        k = self.keys
-        reply = await self._call(
-            "release", [k.run(run_id)], [k.base_of(run_id), run_id, str(fence)]
-        )
-        _decode.corrupt(run_id, reply)
-
-    async def renew(self, leases: Sequence[tuple[str, int]], expiry: float) -> Renewal:
-        by_part: dict[int, list[str]] = {}
-        for run_id, fence in leases:
-            by_part.setdefault(self.keys.partition(run_id), []).extend((run_id, str(fence)))
-        lost: list[str] = []
-        asked: list[str] = []
-        replies = await self._each("renew", [  # the partitions at once
-            ([self._anchor(p)], [self.keys.base(p), num(expiry), *flat])
-            for p, flat in by_part.items()
-        ])  # fmt: skip
-        for reply in replies:
-            if reply and reply[0] == "err":
-                _decode.corrupt("", reply)
-            lost += reply[0]
-            asked += reply[1]
-        return Renewal(lost, dict(zip(asked[::2], asked[1::2], strict=True)))
-
-    async def tick(
-        self, now: float, max_recoveries: int, recovery_error: str, limit: int = 100
-    ) -> TickResult:
-        replies = await self._each("tick", [  # the partitions at once
-            ([self._anchor(p)],
-             [self.keys.base(p), num(now), str(limit), str(max_recoveries), recovery_error])
-            for p in self._partitions()
-        ])  # fmt: skip
-        return _decode.merged(_decode.tick_result(_decode.corrupt("", r)) for r in replies)
-
-    async def quarantine(self, run_id: str, fence: int | None, now: float, error: str) -> bool:
-        k = self.keys
-        # The id goes back as the bytes it was read as: a run id that is not UTF-8
-        # (found in an index) is named by exactly those bytes.
-        raw = run_id.encode("utf-8", "surrogateescape")
-        base = k.base_of(run_id).encode()
-        reply = await self._call(
-            "quarantine",
-            [base + SUFFIX["run"].encode() + raw],
-            [base, raw, "" if fence is None else str(fence), num(now), error],
-        )
-        return bool(_decode.corrupt(run_id, reply) == 1)
+        await self._core.close()
 
     def is_unavailable(self, error: BaseException) -> bool:
         return unavailable(error)
 
     def key_of(self, run_id: str, part: str) -> str:
-        return self._key(part, run_id)
+        return self._core.key(part, run_id)
 
+    # -- runs -------------------------------------------------------------------
 
-def _redact(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-    return parts._replace(netloc=netloc).geturl()
+    async def create_run(
+        self, new: NewRun, event_data: str = "", *, max_pending: int | None = None
+    ) -> StartOutcome:
+        return await self._starts.create_run(new, event_data, max_pending=max_pending)
+
+    async def create_runs(
+        self, news: Sequence[NewRun], event_data: Sequence[str]
+    ) -> list[StartOutcome]:
+        return await self._starts.create_runs(news, event_data)
+
+    async def derive_run(
+        self, new: NewRun, journal: Sequence[tuple[str, str]], lineage: Sequence[tuple[str, str]],
+        event_type: EventType, event_data: str, mail: Sequence[tuple[Mailbox, str, str]] = (),
+    ) -> Refused | None:  # fmt: skip
+        return await self._starts.derive_run(new, journal, lineage, event_type, event_data, mail)
+
+    async def get_run(self, run_id: str) -> StoredRun | None:
+        return await self._reads.get_run(run_id)
+
+    async def get_tombstone(self, run_id: str) -> StoredRun | None:
+        return await self._reads.get_tombstone(run_id)
+
+    async def read_lineage(self, run_id: str) -> Lineage | None:
+        return await self._reads.read_lineage(run_id)
+
+    async def list_runs(
+        self, status: RunStatus | None, flow: str | None, limit: int, *,
+        parent_run_id: str | None = None,
+    ) -> list[StoredRun]:  # fmt: skip
+        return await self._reads.list_runs(status, flow, limit, parent_run_id=parent_run_id)
+
+    # -- claims and leases ----------------------------------------------------------
+
+    async def claim(
+        self, owner: str, queues: Sequence[str] | None, limit: int, now: float, lease_ttl: float,
+        *, flows: Sequence[FlowScope] | None = None, limits: Sequence[QueueLimits] = (),
+    ) -> list[Claim]:  # fmt: skip
+        return await self._claims.claim(
+            owner, queues, limit, now, lease_ttl, flows=flows, limits=limits
+        )
+
+    async def poll(
+        self, owner: str, queues: Sequence[str] | None, limit: int, now: float, lease_ttl: float,
+        max_recoveries: int, recovery_error: str, *, flows: Sequence[FlowScope] | None = None,
+        limits: Sequence[QueueLimits] = (),
+    ) -> tuple[list[Claim], TickResult]:  # fmt: skip
+        return await self._claims.poll(
+            owner, queues, limit, now, lease_ttl, max_recoveries, recovery_error,
+            flows=flows, limits=limits,
+        )  # fmt: skip
+
+    async def renew(self, leases: Sequence[tuple[str, int]], expiry: float) -> Renewal:
+        return await self._claims.renew(leases, expiry)
+
+    async def tick(
+        self, now: float, max_recoveries: int, recovery_error: str, limit: int = 100
+    ) -> TickResult:
+        return await self._claims.tick(now, max_recoveries, recovery_error, limit)
+
+    async def quarantine(self, run_id: str, fence: int | None, now: float, error: str) -> bool:
+        return await self._claims.quarantine(run_id, fence, now, error)
+
+    # -- an activation's writes -------------------------------------------------------
+
+    async def record(
+        self, run_id: str, fence: int, key: str, record: str, *, now: float = 0.0,
+        event: StepEvent | None = None, intents: Sequence[NewIntent] = (),
+    ) -> bool:  # fmt: skip
+        return await self._writes.record(
+            run_id, fence, key, record, now=now, event=event, intents=intents
+        )
+
+    async def record_many(
+        self, run_id: str, fence: int, records: Sequence[tuple[str, str]], *, now: float,
+        events: Sequence[StepEvent | None],
+    ) -> bool:  # fmt: skip
+        return await self._writes.record_many(run_id, fence, records, now=now, events=events)
+
+    async def mark(self, run_id: str, fence: int, key: str, now: float) -> bool:
+        return await self._writes.mark(run_id, fence, key, now)
+
+    async def consume(
+        self, run_id: str, fence: int, key: str, mailbox: Mailbox, now: float,
+        deadline: float | None, record: str, timeout_record: str, *,
+        watch: EventWatch | None = None,
+    ) -> tuple[Consumed, str | None]:  # fmt: skip
+        return await self._writes.consume(
+            run_id, fence, key, mailbox, now, deadline, record, timeout_record, watch=watch
+        )
+
+    async def suspend(
+        self, run_id: str, fence: int, now: float, deadline: float | None, status: RunStatus,
+        records: Sequence[tuple[str, str]], mailboxes: Sequence[Mailbox], *,
+        approvers: Mapping[Mailbox, Sequence[str]] | None = None, sticky: float | None = None,
+        waiting_on: str | None = None,
+    ) -> Parked:  # fmt: skip
+        return await self._writes.suspend(
+            run_id, fence, now, deadline, status, records, mailboxes,
+            approvers=approvers, sticky=sticky, waiting_on=waiting_on,
+        )  # fmt: skip
+
+    async def finish(
+        self, run_id: str, fence: int, status: RunStatus, now: float, *, result: str | None = None,
+        result_type: str | None = None, error: str | None = None, reason: str | None = None,
+        retention: float | None = None, delete_until: float | None = None,
+    ) -> Refused | None:  # fmt: skip
+        return await self._writes.finish(
+            run_id, fence, status, now, result=result, result_type=result_type, error=error,
+            reason=reason, retention=retention, delete_until=delete_until,
+        )  # fmt: skip
+
+    async def continue_as_new(
+        self, run_id: str, fence: int, now: float, args: str, event_data: str, archive_data: str
+    ) -> Refused | None:
+        return await self._writes.continue_as_new(
+            run_id, fence, now, args, event_data, archive_data
+        )
+
+    async def release(self, run_id: str, fence: int) -> None:
+        await self._writes.release(run_id, fence)
+
+    # -- what clients do -------------------------------------------------------------
+
+    async def signal(
+        self, run_id: str, mailbox: Mailbox, payload: str, dedup_id: str | None, *,
+        now: float = 0.0, event_data: str = "", decision_by: str | None = None,
+    ) -> bool | Refused:  # fmt: skip
+        return await self._control.signal(
+            run_id, mailbox, payload, dedup_id,
+            now=now, event_data=event_data, decision_by=decision_by,
+        )  # fmt: skip
+
+    async def audit(
+        self, run_id: str, event_type: EventType, now: float, event_data: str
+    ) -> Refused | None:
+        return await self._control.audit(run_id, event_type, now, event_data)
+
+    async def cancel(
+        self, run_id: str, reason: str, now: float, *, event_data: str = "",
+        grace_until: float | None = None, request_data: str = "", forced_data: str = "",
+        forcing_data: str = "",
+    ) -> Refused | None:  # fmt: skip
+        return await self._control.cancel(
+            run_id, reason, now, event_data=event_data, grace_until=grace_until,
+            request_data=request_data, forced_data=forced_data, forcing_data=forcing_data,
+        )  # fmt: skip
+
+    async def resume(
+        self, run_id: str, discard_key: str | None, *, now: float = 0.0, event_data: str = "",
+        version: str | None = None, rewind: Rewind | None = None,
+    ) -> Refused | None:  # fmt: skip
+        return await self._control.resume(
+            run_id, discard_key, now=now, event_data=event_data, version=version, rewind=rewind
+        )
+
+    async def delete(self, run_id: str, now: float, *, event_data: str = "") -> Refused | None:
+        return await self._control.delete(run_id, now, event_data=event_data)
+
+    # -- a run's history, and waits ------------------------------------------------------
+
+    async def events(self, run_id: str, cursor: str | None, limit: int) -> list[StoredEvent]:
+        return await self._reads.events(run_id, cursor, limit)
+
+    async def checkpoints(self, run_id: str) -> list[StoredCheckpoint]:
+        return await self._reads.checkpoints(run_id)
+
+    async def approvers(self, run_id: str) -> dict[Mailbox, tuple[str, ...]]:
+        return await self._reads.approvers(run_id)
+
+    async def correlation(self, run_ids: Sequence[str]) -> dict[str, tuple[str, str | None]]:
+        return await self._reads.correlation(run_ids)
+
+    async def follow(
+        self, subscription: Any, timeout: float, count: int
+    ) -> tuple[list[StoredEvent], Any]:
+        return await self._reads.follow(subscription, timeout, count)
+
+    async def unfollow(self, subscription: Any) -> None:
+        await self._reads.unfollow(subscription)
+
+    async def wait_ready(
+        self, queues: Sequence[str] | None, timeout: float, *, owner: str | None = None
+    ) -> bool:
+        return await self._reads.wait_ready(queues, timeout, owner=owner)
+
+    async def wait_finished(self, run_id: str, timeout: float) -> bool:
+        return await self._reads.wait_finished(run_id, timeout)
+
+    # -- the outbox ------------------------------------------------------------------
+
+    async def claim_intents(
+        self, channels: Sequence[str], limit: int, now: float, lease_ttl: float
+    ) -> tuple[list[IntentClaim], float | None]:
+        return await self._outbox.claim_intents(channels, limit, now, lease_ttl)
+
+    async def settle_intent(
+        self, claim: IntentClaim, outcome: Delivery, now: float, *, due: float | None = None,
+        error: str = "", event_data: str = "",
+    ) -> bool:  # fmt: skip
+        return await self._outbox.settle_intent(
+            claim, outcome, now, due=due, error=error, event_data=event_data
+        )
+
+    async def renew_intents(self, claims: Sequence[IntentClaim], expiry: float) -> list[str]:
+        return await self._outbox.renew_intents(claims, expiry)
+
+    async def intents(self, run_id: str) -> list[StoredIntent] | None:
+        return await self._outbox.intents(run_id)
+
+    async def wait_intents(self, channels: Sequence[str], timeout: float) -> bool:
+        return await self._outbox.wait_intents(channels, timeout)
+
+    # -- live workers, events, schedules, queues --------------------------------------
+
+    async def beat(self, beat: WorkerBeat) -> None:
+        await self._workers.beat(beat)
+
+    async def forget_worker(self, worker_id: str) -> None:
+        await self._workers.forget_worker(worker_id)
+
+    async def workers(self, now: float) -> list[WorkerBeat]:
+        return await self._workers.workers(now)
+
+    async def event_shapes(self, event: str) -> set[str]:
+        return await self._events.event_shapes(event)
+
+    async def event_listeners(self, tokens: Sequence[str]) -> list[tuple[str, str]]:
+        return await self._events.event_listeners(tokens)
+
+    async def deliver_event(
+        self, run_id: str, token: str, mailbox: Mailbox, payload: str, dedup_id: str, *,
+        now: float, event_data: str,
+    ) -> EventDelivered | Refused:  # fmt: skip
+        return await self._events.deliver_event(
+            run_id, token, mailbox, payload, dedup_id, now=now, event_data=event_data
+        )
+
+    def schedule_run_id(self, run_id: str) -> str:
+        return self._schedules.schedule_run_id(run_id)
+
+    async def save_schedule(self, new: NewSchedule, *, replace: bool, now: float) -> int:
+        return await self._schedules.save_schedule(new, replace=replace, now=now)
+
+    async def schedule_op(
+        self, schedule_id: str, op: ScheduleOp, now: float, next_at: float | None = None
+    ) -> bool:
+        return await self._schedules.schedule_op(schedule_id, op, now, next_at)
+
+    async def schedules(self, schedule_ids: Sequence[str] | None = None) -> list[StoredSchedule]:
+        return await self._schedules.schedules(schedule_ids)
+
+    async def due_schedules(
+        self, flows: Sequence[str], now: float
+    ) -> tuple[list[StoredSchedule], float | None]:
+        return await self._schedules.due_schedules(flows, now)
+
+    async def fire_schedules(self, fires: Sequence[ScheduleFire]) -> list[list[str] | None]:
+        return await self._schedules.fire_schedules(fires)
+
+    async def queue_stats(
+        self, queues: Sequence[str], limits: Sequence[QueueLimits], now: float
+    ) -> list[QueueStats]:
+        return await self._queues.queue_stats(queues, limits, now)

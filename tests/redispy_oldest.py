@@ -34,7 +34,7 @@ TESTS = [
     "tests/redis_layout/test_encodings.py",
     "tests/test_cluster_wakeups.py",  # the sharded Pub/Sub adapter (stores._sharded)
     "tests/test_cluster_store.py",  # redis+cluster:// clients (stores._cluster)
-    "tests/test_wait_bell.py",  # a blocking wait ended by the store (stores._base)
+    "tests/test_wait_bell.py",  # a blocking wait ended by the store (stores._storecore)
     # a blocking wait cut by the client: its connection is closed, the next is new
     "tests/test_client.py::test_result_after_a_wait_cut_at_its_deadline_on_real_redis",
 ]

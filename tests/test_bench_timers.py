@@ -7,7 +7,7 @@ import math
 import pytest
 
 from bench.timers import ended_by_redis, measure
-from stores import _base
+from stores import _storecore
 from stores.redis import RedisStore
 
 
@@ -19,9 +19,9 @@ async def test_measure_gives_one_figure_per_duration(memory_store: RedisStore, p
 
 
 async def test_the_redis_ended_mode_is_undone_after_it(memory_store: RedisStore) -> None:
-    bell = _base.RedisBase._blpop_until
+    bell = _storecore.StoreCore.blpop_until
     with ended_by_redis():
-        assert _base.RedisBase._blpop_until is not bell
+        assert _storecore.StoreCore.blpop_until is not bell
         assert await measure(memory_store, [0.001], sleeps=1, park=True)
 
-    assert _base.RedisBase._blpop_until is bell
+    assert _storecore.StoreCore.blpop_until is bell

@@ -85,8 +85,8 @@ async def test_sigkill_during_a_durable_sleep_loses_nothing(
     due = Record.from_json(journal["~sleep#1"]).due
     assert due is not None
     assert after.at >= due  # the timer fired at its deadline, not before
-    # The first worker died blocked on the timer's wait, its bell (stores._base,
-    # _blpop_until) not rung: none is left, and the second's waits rang and took theirs.
+    # The first worker died blocked on the timer's wait, its bell (stores._storecore,
+    # blpop_until) not rung: none is left, and the second's waits rang and took theirs.
     assert [k async for k in real_store.client.scan_iter(match=real_store.keys.bell("*"))] == []
 
 

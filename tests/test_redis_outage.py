@@ -151,7 +151,7 @@ async def test_a_timer_due_during_an_outage_fires_once_redis_is_back(
     private_redis: PrivateRedis, service: Service, caplog: pytest.LogCaptureFixture
 ) -> None:
     # The worker waits for the timer (a BLPOP it ends itself at the deadline,
-    # stores._base) when Redis goes; the deadline passes during the outage.
+    # stores._storecore) when Redis goes; the deadline passes during the outage.
     handle = await parked_across_a_restart(
         service, private_redis, caplog, await service.client.start(nap_then_double, 20)
     )

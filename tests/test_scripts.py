@@ -18,8 +18,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_every_script_the_store_calls_has_a_file() -> None:
     source = "\n".join(p.read_text() for p in (ROOT / "stores").glob("*.py"))
-    called = set(re.findall(r'(?:_call|_pipelined|_each)\(\s*"(\w+)"', source))
-    called |= set(re.findall(r'_scripts\["(\w+)"\]', source))  # run by the lane directly
+    called = set(re.findall(r'\.(?:call|pipelined|each)\(\s*"(\w+)"', source))  # StoreCore's
+    called |= set(re.findall(r'scripts\["(\w+)"\]', source))  # run by the lane directly
     assert len(called) >= 20
     assert called == set(build_scripts(events_max=10_000))
 

@@ -1,4 +1,4 @@
-"""A blocking wait ends at its due time, whenever Redis would end it (`RedisBase._blpop_until`).
+"""A blocking wait ends at its due time, whenever Redis would end it (`StoreCore.blpop_until`).
 
 Redis ends a BLPOP's timeout at its next cron tick: with the default ``hz 10``
 up to 100 ms late, and a worker waiting for a timer (a sleep, a retry's
@@ -17,14 +17,14 @@ from typing import Any
 import pytest
 
 from sdk import Client, Worker, flow, sleep
-from stores import _base
+from stores import _storecore
 from stores.redis import RedisStore
 
 
 @pytest.fixture(autouse=True)
 def redis_times_out_late(monkeypatch: pytest.MonkeyPatch) -> None:
     """Redis's own timeout of every blocking wait: a minute, whatever was asked."""
-    monkeypatch.setattr(_base, "block_seconds", lambda timeout: 60.0)
+    monkeypatch.setattr(_storecore, "block_seconds", lambda timeout: 60.0)
 
 
 async def bells(store: RedisStore) -> list[Any]:

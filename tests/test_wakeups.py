@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from stores._base import block_seconds
+from stores._storecore import block_seconds
 from stores.redis import RedisStore
 
 

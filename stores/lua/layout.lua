@@ -1,7 +1,7 @@
 -- The deployment's partition count: the one recorded under its prefix, or
 -- ARGV[2] (this store's), recorded now by the first script call of the first
--- store to ask. The caller compares (stores._base.RedisBase). A hash, so the
--- commands are those the app user's ACL already grants (docs/security.md).
+-- store to ask. The caller compares (stores._storecore.StoreCore). A hash, so
+-- the commands are those the app user's ACL already grants (docs/security.md).
 -- KEYS: layout. ARGV: P (unused), partitions.
 local bad = badnum(ARGV[2], 'partitions', true)
 if bad then return err('invalid', bad) end
