@@ -161,33 +161,20 @@ class Activation(ActivationState):
                 with contextlib.suppress(Stop):  # refused or failed: abandoned, the drive ends
                     await writes.landed()
                 continue
-            if cursor.fatal is not None:
+            err = machine.fatal
+            if err is not None:
                 await self.settle()
-                err = cursor.fatal
                 await _ending.fail(self, type(err), str(err), err.called, Reason.NON_DETERMINISM)
                 return
             if machine.continuing is not None and not machine.cancel_given:
                 self.ended = ActivationOutcome.CONTINUED_AS_NEW
                 await _ending.continue_as_new(self)
                 return
-            if machine.main.done():
+            if machine.finished:
                 await _ending.conclude(self)  # sets `ended`
                 return
-            if not cursor.live:
-                recorded = cursor.next_recorded()
-                if recorded is not None:
-                    for op in recorded:
-                        rec = op.delivery
-                        assert rec is not None
-                        self._deliver(op, op.outcome(rec, self.serializer))
-                    if cursor.cancel_due:  # the round the cancel was given in
-                        cursor.cancel_due = False
-                        machine.give_cancel()
-                    self.loop.run_ready()
-                    continue
-                if cursor.fatal is not None:
-                    continue
-                cursor.live = True
+            if machine.replay_round() or machine.fatal is not None:
+                continue  # (recorded rounds first: the live frontier comes after them)
             if self.cancel_pending and not self._queued:
                 # outcomes already written are delivered first, in their rounds
                 if self.writes.batches and self._deliver_batches():

@@ -190,6 +190,38 @@ class FlowMachine(Runtime):
         args, kwargs = self.flow.decode_args(self._args, self.serializer)
         return await self.flow.fn(*args, **kwargs)
 
+    @property
+    def fatal(self) -> NonDeterminismError | None:
+        """The non-determinism found (kept even if the flow caught it): the run fails."""
+        return self.cursor.fatal
+
+    @property
+    def finished(self) -> bool:
+        """Whether the flow function returned or raised."""
+        return self.main is not None and self.main.done()
+
+    def replay_round(self) -> bool:
+        """Deliver the next round the journal recorded (and the cancel, in the round it
+        was given in), and run the flow on to where it blocks. False: nothing is left to
+        replay, and the machine is live (unless it found non-determinism)."""
+        cursor = self.cursor
+        if cursor.live:
+            return False
+        recorded = cursor.next_recorded()
+        if recorded is None:
+            if cursor.fatal is None:
+                cursor.live = True
+            return False
+        for op in recorded:
+            rec = op.delivery
+            assert rec is not None
+            self.deliver(op, op.outcome(rec, self.serializer))
+        if cursor.cancel_due:  # the round the cancel was given in
+            cursor.cancel_due = False
+            self.give_cancel()
+        self.loop.run_ready()
+        return True
+
     def deliver(self, op: Op, outcome: Outcome) -> None:
         """Give the flow `op`'s outcome, in the cursor's current round."""
         op.done = True
