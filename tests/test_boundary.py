@@ -4,6 +4,7 @@ before anything is written (issue 8)."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import math
 from collections.abc import Awaitable, Callable, Iterator
 from datetime import timedelta
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 
 from sdk import Registry, RunOptions, Versions, Worker, flow, wait_for
 from sdk.errors import InvalidArgument, SteadyflowError
+from stores.redis import RedisStore
 from testing import FlowTestEnv
 
 REGISTRY = Registry()
@@ -335,3 +337,123 @@ async def test_run_ids_of_archived_generations_are_reserved() -> None:
         with pytest.raises(InvalidArgument, match=r"run_id must not end in '~g<number>'"):
             await env.client.start(waiter, run_id="loop~g3")
         await env.client.start(waiter, run_id="loop~gx")  # only a number is reserved
+
+
+# -- hostile nesting: a value thousands of levels deep, anywhere (issue 30) -------------
+
+#: A list nested 5,000 deep: its repr, or any recursive check, blows the stack.
+DEEP: Any = 1
+for _ in range(5_000):
+    DEEP = [DEEP]
+
+
+def _valid(name: str, boundary: Boundary) -> Any:
+    """A valid value for a Client method's parameter `name` (the others of the call)."""
+    if "run_id" in name:
+        return boundary.waiting
+    return {"flow": waiter, "reason": "r", "cron": "* * * * *", "actor": "ann"}.get(name, "go")
+
+
+async def _outcome(call: Callable[[], Any]) -> str:
+    """What a call did: "ok", the error's type (its message short), or "RecursionError"."""
+    try:
+        result = call()
+        if inspect.isawaitable(result):
+            await asyncio.wait_for(result, 10)
+    except RecursionError:
+        return "RecursionError"
+    except Exception as exc:
+        assert len(str(exc)) < 600, str(exc)
+        return type(exc).__name__
+    return "ok"
+
+
+def test_a_deeply_nested_value_in_any_client_argument_is_refused_not_recursed(
+    boundary: Boundary,
+) -> None:
+    c = boundary.env.client
+    recursed = []
+    for name, method in inspect.getmembers(c, inspect.ismethod):
+        if name.startswith("_") or name in ("follow", "handle"):
+            continue
+        params = [p for p in inspect.signature(method).parameters.values()
+                  if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]  # fmt: skip
+        for target in params:
+            args = {p.name: DEEP if p is target else _valid(p.name, boundary)
+                    for p in params if p is target or p.default is p.empty}  # fmt: skip
+            before = boundary.run(boundary.snapshot())
+            got = boundary.run(_outcome(lambda m=method, a=args: m(**a)))  # type: ignore[misc]
+            if got == "RecursionError":
+                recursed.append(f"Client.{name}({target.name}=...)")
+            elif got != "ok":
+                assert boundary.run(boundary.snapshot()) == before, (name, target.name)
+    assert recursed == []
+
+
+async def test_a_deeply_nested_value_in_any_definition_is_refused_not_recursed(
+    memory_store: RedisStore,
+) -> None:
+    from sdk import Queue, RateLimit, RetryPolicy, channel, scheduled, step
+
+    store = memory_store
+    calls: dict[str, Callable[[], Any]] = {
+        "flow(name)": lambda: flow(name=DEEP, registry=Registry())(waiter),
+        "flow(queue)": lambda: flow(queue=DEEP, registry=Registry())(waiter),
+        "flow(timeout)": lambda: flow(timeout=DEEP, registry=Registry())(waiter),
+        "flow(retention)": lambda: flow(retention=DEEP, registry=Registry())(waiter),
+        "step(name)": lambda: step(name=DEEP)(waiter),
+        "step(timeout)": lambda: step(timeout=DEEP)(waiter),
+        "step(retry)": lambda: step(retry=DEEP)(waiter),
+        "channel(name)": lambda: channel(DEEP),
+        "channel(retry)": lambda: channel("c", retry=DEEP),
+        "scheduled(cron)": lambda: scheduled(DEEP),
+        "scheduled(tz)": lambda: scheduled("* * * * *", tz=DEEP),
+        "scheduled(catchup)": lambda: scheduled("* * * * *", catchup=DEEP),
+        "Queue(name)": lambda: Queue(DEEP),
+        "Queue(concurrency)": lambda: Queue("q", concurrency=DEEP),
+        "Queue(rate_limit)": lambda: Queue("q", rate_limit=DEEP),
+        "RateLimit(period)": lambda: RateLimit(1, DEEP),
+        "RetryPolicy(max_attempts)": lambda: RetryPolicy(max_attempts=DEEP),
+        "RetryPolicy(backoff)": lambda: RetryPolicy(backoff=DEEP),
+        "Worker(flows)": lambda: Worker(store, flows=[DEEP]),
+        "Worker(queues)": lambda: Worker(store, queues=DEEP),
+        "Worker(lease_ttl)": lambda: Worker(store, lease_ttl=DEEP),
+    }
+    outcomes = {what: await _outcome(call) for what, call in calls.items()}
+    assert [w for w, got in outcomes.items() if got in ("ok", "RecursionError")] == []
+
+
+@flow(registry=REGISTRY, name="tests.boundary.deep_calls")
+async def deep_calls() -> list[str]:
+    from sdk import patched, sleep, sleep_until, start_child, wait_for_event
+
+    calls: list[Callable[[], Any]] = [
+        lambda: wait_for(DEEP), lambda: wait_for("go", timeout=DEEP),
+        lambda: wait_for("ok", human=True, approvers=DEEP), lambda: sleep(DEEP),
+        lambda: sleep_until(DEEP), lambda: wait_for_event(DEEP),
+        lambda: wait_for_event("e", match=DEEP), lambda: wait_for_event("e", match={"k": DEEP}),
+        lambda: start_child(DEEP), lambda: start_child(waiter, run_id=DEEP),
+        lambda: start_child(waiter, start_in=DEEP), lambda: patched(DEEP),
+    ]  # fmt: skip
+    return [await _outcome(call) for call in calls]
+
+
+async def test_a_deeply_nested_value_in_any_flow_call_is_refused_not_recursed() -> None:
+    async with FlowTestEnv(registry=REGISTRY) as env:
+        handle = await env.start(deep_calls)
+        await env.run_until_idle()
+        outcomes = await handle.result()
+    assert "RecursionError" not in outcomes and "ok" not in outcomes, outcomes
+
+
+@pytest.mark.parametrize("depth", [101, 100_000])
+def test_a_command_line_payload_nested_past_the_bound_exits_2(depth: int) -> None:
+    from click.testing import CliRunner
+
+    from sdk.cli import cli
+
+    payload = "[" * depth + "]" * depth
+    done = CliRunner().invoke(cli, ["signal", "r1", "go", "--payload", payload,
+                                    "--store", "memory://"])  # fmt: skip
+    assert done.exit_code == 2, done.output
+    assert "the JSON nests more than 100 levels deep" in done.output

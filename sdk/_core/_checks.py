@@ -25,6 +25,7 @@ __all__ = [
     "MAX_PAGE",
     "MAX_TEXT",
     "PRIORITY_RANGE",
+    "RESERVED_ENDINGS",
     "check_count",
     "check_id",
     "check_int",
@@ -108,15 +109,27 @@ def check_name(value: Any, what: str) -> str:
 
 _ARCHIVED = re.compile(r"~g[0-9]+$")
 
+#: Endings a new run id may not have: the paths of a run's parts in the HTTP API
+#: (``GET /v1/runs/{run_id}/events``...) and the console (``/ui/runs/{run_id}/live``)
+#: would shadow the path of such a run itself (a run id may hold "/").
+#: tests/test_http_boundary.py checks this against the route tables.
+RESERVED_ENDINGS = ("/checkpoints", "/events", "/export", "/live", "/timeline", "/waits")
+
 
 def check_new_run_id(value: Any, what: str) -> str:
     """The id of a run to create: an id that does not end in ``~g<n>`` (the ids of
-    the generations a `continue_as_new` run archives)."""
+    the generations a `continue_as_new` run archives) nor in one of
+    `RESERVED_ENDINGS`."""
     run_id = check_id(value, what)
     if _ARCHIVED.search(run_id):
         raise InvalidArgument(
             f"{what} must not end in '~g<number>' (reserved for archived generations of "
             f"continue_as_new): {show(run_id)}"
+        )
+    if run_id.endswith(RESERVED_ENDINGS):
+        raise InvalidArgument(
+            f"{what} must not end in {', '.join(map(repr, RESERVED_ENDINGS))} (the HTTP API's "
+            f"and the console's paths of a run's parts would shadow the run): {show(run_id)}"
         )
     return run_id
 
@@ -197,7 +210,8 @@ def check_str_map(value: Any, what: str) -> Mapping[str, str]:
 def check_status(status: Any) -> RunStatus:
     """A `RunStatus` or its string value."""
     try:
-        return RunStatus(status)
+        # not a str: refused before the enum's own error, which reprs the whole value
+        return RunStatus(status if isinstance(status, str) else "")
     except ValueError:
         known = ", ".join(s.value for s in RunStatus)
         raise InvalidArgument(f"status must be one of {known}; got {show(status)}") from None
@@ -206,7 +220,7 @@ def check_status(status: Any) -> RunStatus:
 def check_wait_kind(kind: Any, what: str = "waiting_on") -> WaitKind:
     """A `WaitKind` or its string value."""
     try:
-        return WaitKind(kind)
+        return WaitKind(kind if isinstance(kind, str) else "")
     except ValueError:
         known = ", ".join(k.value for k in WaitKind)
         raise InvalidArgument(f"{what} must be one of {known}; got {show(kind)}") from None

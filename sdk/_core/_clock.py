@@ -8,12 +8,19 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
+from sdk._core._limits import short
 from sdk.errors import InvalidArgument
 
 __all__ = [
+    "EARLIEST",
+    "LATEST",
     "MAX_SECONDS",
+    "MAX_TIME",
+    "MIN_TIME",
     "Clock",
     "SystemClock",
+    "in_range",
+    "instant",
     "moves_by_itself",
     "seconds",
     "sleep_until",
@@ -22,6 +29,16 @@ __all__ = [
 
 #: Longest duration a sleep, timeout or retention may have (about 317 years).
 MAX_SECONDS = 1e10
+
+#: The first and last time Steadyflow takes and stores (a delayed start, a
+#: `sleep_until`, a listing's ``since``): a day inside `datetime`'s years 1..9999
+#: at each end, so that every stored time is a `datetime` in UTC and in every UTC
+#: offset (at most a day), however a reader shows it.
+EARLIEST = datetime(1, 1, 2, tzinfo=UTC)
+LATEST = datetime(9999, 12, 31, tzinfo=UTC)
+#: `EARLIEST` and `LATEST` in epoch seconds.
+MIN_TIME = EARLIEST.timestamp()
+MAX_TIME = LATEST.timestamp()
 
 
 class Clock(Protocol):
@@ -64,7 +81,7 @@ def seconds(value: float | timedelta, what: str) -> float:
     elif isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidArgument(
             f"{what} must be seconds (int or float) or a timedelta, got a "
-            f"{type(value).__qualname__}: {value!r:.80}"
+            f"{type(value).__qualname__}: {short(value, 80)}"
         )
     else:
         try:
@@ -73,9 +90,36 @@ def seconds(value: float | timedelta, what: str) -> float:
             secs = math.inf
     if not math.isfinite(secs) or abs(secs) > MAX_SECONDS:
         raise InvalidArgument(
-            f"{what} must be finite and at most {MAX_SECONDS:.0e} seconds, got {value!r:.80}"
+            f"{what} must be finite and at most {MAX_SECONDS:.0e} seconds, got {short(value, 80)}"
         )
     return secs
+
+
+def in_range(at: float) -> bool:
+    """Whether epoch seconds `at` are a time Steadyflow stores (`MIN_TIME`..`MAX_TIME`)."""
+    return MIN_TIME <= at <= MAX_TIME
+
+
+def instant(value: datetime, what: str) -> float:
+    """The epoch seconds of a timezone-aware datetime from `EARLIEST` to `LATEST`;
+    `what` names the argument in the error (`InvalidArgument`).
+
+    ``datetime(9999, 12, 31, 23, 59, tzinfo=timezone(timedelta(hours=-14)))`` is a
+    datetime, but in UTC it is in year 10000, which no `datetime` holds: such a
+    time is refused here, before it is stored, rather than breaking every reader.
+    """
+    if not isinstance(value, datetime) or value.utcoffset() is None:
+        raise InvalidArgument(f"{what} must be a timezone-aware datetime, got {short(value, 80)}")
+    try:
+        at = value.timestamp()
+    except (OverflowError, OSError, ValueError):
+        at = math.nan
+    if not in_range(at):
+        raise InvalidArgument(
+            f"{what} must be from {EARLIEST.isoformat()} to {LATEST.isoformat()} (a time "
+            f"every UTC offset can show), got {short(value.isoformat(), 80)}"
+        )
+    return at
 
 
 def moves_by_itself(clock: Clock) -> bool:

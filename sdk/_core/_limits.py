@@ -30,10 +30,12 @@ __all__ = [
     "INT_MAX",
     "INT_MIN",
     "MAX_DEPTH",
+    "MAX_JSON_DEPTH",
     "Foreign",
     "Problem",
     "TooLarge",
     "clip",
+    "nested_deeper",
     "scan",
     "short",
     "utf8_len",
@@ -41,6 +43,10 @@ __all__ = [
 
 #: Containers may nest this deep (``[[1]]`` is 2); deeper data is refused.
 MAX_DEPTH = 64
+#: JSON text a caller hands in (an HTTP body, a payload typed in the console or on
+#: the command line) may nest this deep: deeper is refused as it is parsed, before
+#: anything recursive sees it; a value inside it is then held to `MAX_DEPTH`.
+MAX_JSON_DEPTH = 100
 #: Integers must fit a signed 64-bit int (what Go, Java, databases read back).
 INT_MIN, INT_MAX = -(2**63), 2**63 - 1
 
@@ -227,6 +233,19 @@ def short(value: Any, limit: int = 100) -> str:
     except Exception:  # a broken __repr__, or one that recurses too deep
         text = f"<a {_type_name(type(value))}>"
     return clip(text, limit)
+
+
+def nested_deeper(value: Any, bound: int) -> bool:
+    """Whether JSON data `value` (as `json.loads` gives it) nests lists and dicts more
+    than `bound` deep (``[[1]]`` is 2). Walked without recursion."""
+    stack = [(value, 1)] if type(value) is list or type(value) is dict else []
+    while stack:
+        item, level = stack.pop()
+        if level > bound:
+            return True
+        children = item.values() if type(item) is dict else item
+        stack.extend((c, level + 1) for c in children if type(c) is list or type(c) is dict)
+    return False
 
 
 def clip(text: str, limit: int) -> str:

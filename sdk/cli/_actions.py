@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from sdk._core._limits import MAX_JSON_DEPTH, nested_deeper
 from sdk._core._types import RunStatus
 from sdk.cli._client import privileged, run_client
 from sdk.cli._options import CONTEXT_SETTINGS, EXIT_CODES, StoreOptions, store_options
@@ -30,9 +31,14 @@ class JsonValue(click.ParamType):  # type: ignore[type-arg]
         if not isinstance(value, str):
             return value
         try:
-            return json.loads(value)
+            data = json.loads(value)
         except ValueError as e:
             self.fail(f"{value[:80]!r} is not JSON ({e}); quote strings: '\"text\"'", param)
+        except RecursionError:  # deeper than the stack holds
+            self.fail(f"the JSON nests more than {MAX_JSON_DEPTH} levels deep", param)
+        if nested_deeper(data, MAX_JSON_DEPTH):  # before anything recursive sees it
+            self.fail(f"the JSON nests more than {MAX_JSON_DEPTH} levels deep", param)
+        return data
 
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]

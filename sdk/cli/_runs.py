@@ -9,6 +9,7 @@ from typing import Any
 import click
 from rich.text import Text
 
+from sdk._core._clock import EARLIEST, instant
 from sdk._core._types import RunRecord, RunStatus, WaitKind
 from sdk._core._waiting import current, from_data, key_label, summary
 from sdk.cli._client import run_client
@@ -28,6 +29,7 @@ from sdk.client._follow import follow_run
 from sdk.client._jsonshapes import run_page_shape, shape, shapes, timeline_shape
 from sdk.client._runpages import RunFilter, RunPage, page_runs
 from sdk.client._timeline import run_duration, timeline
+from sdk.errors import InvalidArgument
 
 __all__ = ["runs"]
 
@@ -55,13 +57,23 @@ class Since(click.ParamType):  # type: ignore[type-arg]
         text = str(value).strip()
         ago = _AGO.fullmatch(text)
         if ago:
-            delta = timedelta(**{_UNITS[ago.group(2)]: float(ago.group(1))})
-            return datetime.now(UTC) - delta
+            try:
+                at = datetime.now(UTC) - timedelta(**{_UNITS[ago.group(2)]: float(ago.group(1))})
+            except OverflowError:
+                self.fail(f"{text[:40]!r} ago is before {EARLIEST.isoformat()}", param)
+        else:
+            try:
+                at = datetime.fromisoformat(text)
+            except ValueError:
+                self.fail(
+                    f"{text[:40]!r} is neither a duration ago (30m, 2h, 1d) nor an ISO time", param
+                )
+            at = at if at.tzinfo is not None else at.replace(tzinfo=UTC)
         try:
-            parsed = datetime.fromisoformat(text)
-        except ValueError:
-            self.fail(f"{text!r} is neither a duration ago (30m, 2h, 1d) nor an ISO time", param)
-        return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+            instant(at, "the time")
+        except InvalidArgument as exc:
+            self.fail(str(exc), param)
+        return at
 
 
 @runs.command("list", context_settings=CONTEXT_SETTINGS, epilog=EXIT_CODES)
@@ -131,7 +143,10 @@ def list_runs(
 
 
 def _status(run: RunRecord) -> Text:
-    return status(run.status.value)
+    shown = status(run.status.value)
+    if run.damage is not None:  # its text is in `runs show`
+        shown.append(" (damaged)", style="red")
+    return shown
 
 
 def _waiting_on(run: RunRecord) -> str | None:

@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from sdk._core._clock import MAX_SECONDS
 from sdk.cli._actions import JsonValue
 from sdk.cli._client import run_client
 from sdk.cli._options import CONTEXT_SETTINGS, EXIT_CODES, StoreOptions, store_options
@@ -86,7 +87,7 @@ def show(schedule_id: str, as_json: bool, store: StoreOptions) -> None:
     help="A tick while the last run goes on: skip it, buffer one, or allow it.",
 )  # fmt: skip
 @click.option(
-    "--catchup", metavar="SECONDS", type=click.FloatRange(min=0), default=None,
+    "--catchup", metavar="SECONDS", type=click.FloatRange(min=0, max=MAX_SECONDS), default=None,
     help="Fire ticks missed within this window. [default: only the last missed]",
 )  # fmt: skip
 @click.option(

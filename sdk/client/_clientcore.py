@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
-from sdk._core._checks import check_id
+from sdk._core._checks import check_id, show
 from sdk._core._clock import Clock
 from sdk._core._serde import dumps
 from sdk._core._types import EventType, RunRecord, RunStatus, WorkerInfo
@@ -79,7 +79,7 @@ class ClientCore:
             return self.registry.find_flow(check_id(flow, "flow name")) or flow
         fd = flow_def_of(flow)
         if fd is None:
-            raise InvalidArgument(f"{flow!r} is not a @flow function or a flow name")
+            raise InvalidArgument(f"{show(flow)} is not a @flow function or a flow name")
         return fd
 
     async def stored(self, run_id: str) -> StoredRun:

@@ -32,6 +32,7 @@ from sdk._core._checks import (
     check_wait_kind,
     show,
 )  # fmt: skip
+from sdk._core._clock import in_range, instant
 from sdk._core._types import RunRecord, RunStatus, WaitKind
 from sdk._core._waiting import matches
 from sdk.errors import InvalidArgument
@@ -80,12 +81,8 @@ class RunFilter:
     def __attrs_post_init__(self) -> None:
         for name in ("flow", "queue", "tenant_id", "parent_run_id"):
             check_optional_id(getattr(self, name), f"run filter: {name}")
-        if self.since is not None and (
-            not isinstance(self.since, datetime) or self.since.tzinfo is None
-        ):
-            raise InvalidArgument(
-                f"run filter: since must be a timezone-aware datetime, got {show(self.since)}"
-            )
+        if self.since is not None:
+            instant(self.since, "run filter: since")
 
     def matches(self, run: RunRecord) -> bool:
         """Whether `run` passes the filters the store did not apply."""
@@ -128,7 +125,9 @@ def decode_cursor(cursor: str) -> _Key:
         ts, run_id = json.loads(raw)
         if isinstance(ts, bool) or not isinstance(ts, int | float) or not isinstance(run_id, str):
             raise ValueError(cursor)
-    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError):
+        if not in_range(float(ts)):  # no run was created then: a cursor made by hand
+            raise ValueError(cursor)
+    except (ValueError, TypeError, OverflowError, binascii.Error, UnicodeDecodeError):
         raise InvalidArgument(
             f"cursor: {show(cursor)} is not a cursor of a run listing (pass the next_cursor "
             "of the previous page as it is)"

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from sdk._core import _waiting
+from sdk._core._clock import EARLIEST, LATEST, in_range
 from sdk._core._serde import converter, dumps, loads, type_path
 from sdk._core._types import ErrorInfo, Reason, RunRecord, RunStatus, Versions, WaitingOn
 from sdk.errors import (
@@ -62,8 +63,9 @@ def run_record(stored: StoredRun) -> RunRecord:
     its trace id and root run id are its own id.
 
     Never raises for what the store holds: a field that cannot be read (the
-    store's `StoredRun.damage`, or JSON of the result, error or versions that
-    does not decode) is left at its default and named in `RunRecord.damage`
+    store's `StoredRun.damage`, JSON of the result, error or versions that does
+    not decode, a time out of the range `instant` takes) is left at its default
+    (None; the epoch for `created_at`) and named in `RunRecord.damage`
     (see there), so that listing, reading, cancelling and deleting a damaged
     run still work.
     """
@@ -78,6 +80,21 @@ def run_record(stored: StoredRun) -> RunRecord:
             problems.append(f"field {name!r} cannot be read ({type(exc).__name__}: {exc})"[:300])
             return default
 
+    def when(name: str, value: float | None) -> datetime | None:
+        # a time no reader could show (written by hand, or before issue 30's checks)
+        if value is None or in_range(value):
+            return timestamp(value)
+        problems.append(
+            f"field {name!r} is out of range ({value!r} seconds since the epoch; times "
+            f"are from {EARLIEST.isoformat()} to {LATEST.isoformat()})"
+        )
+        return None
+
+    created_at = when("created_at", stored.created_at) or utc(0.0)
+    started_at = when("started_at", stored.started_at)
+    finished_at = when("finished_at", stored.finished_at)
+    start_at = when("start_at", stored.start_at)
+    lease_expires_at = when("lease_expires_at", stored.lease_expires_at)
     result = read("result", stored.result, loads, None)
     error = read("error", stored.error, error_info, None)
     versions = read(
@@ -96,13 +113,13 @@ def run_record(stored: StoredRun) -> RunRecord:
         run_id=stored.run_id,
         flow=stored.flow,
         status=stored.status,
-        created_at=_datetime(stored.created_at),
+        created_at=created_at,
         queue=stored.queue,
         priority=stored.priority,
         flow_version=stored.flow_version,
         tenant_id=stored.tenant_id,
-        started_at=timestamp(stored.started_at),
-        finished_at=timestamp(stored.finished_at),
+        started_at=started_at,
+        finished_at=finished_at,
         current_step_id=stored.current_step,
         result=result,
         error=error,
@@ -126,9 +143,9 @@ def run_record(stored: StoredRun) -> RunRecord:
         format_version=stored.format_version,
         damage=damage,
         concurrency_key=stored.concurrency_key,
-        start_at=timestamp(stored.start_at),
+        start_at=start_at,
         lease_owner=stored.lease_owner,
-        lease_expires_at=timestamp(stored.lease_expires_at),
+        lease_expires_at=lease_expires_at,
         waiting_on=_waiting_on(stored),
     )
 
@@ -138,14 +155,6 @@ def _waiting_on(stored: StoredRun) -> tuple[WaitingOn, ...]:
     if stored.waiting_on is None or stored.status not in _WAITING:
         return ()
     return _waiting.decode(stored.waiting_on)
-
-
-def _datetime(value: float) -> datetime:
-    # a time out of datetime's range (a damaged field) reads as the epoch
-    try:
-        return utc(value)
-    except (OverflowError, OSError, ValueError):
-        return utc(0.0)
 
 
 def corrupt_error(run_id: str, key: str, detail: str) -> ErrorInfo:

@@ -8,7 +8,7 @@ import logging
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from sdk._core._checks import check_id, check_optional_id
+from sdk._core._checks import check_id, check_new_run_id, check_optional_id
 from sdk._core._serde import dumps
 from sdk.errors import Forbidden, RunNotFound
 from sdk.model._events import check_event_data, event_mailbox, json_data, run_id_for, tokens_for
@@ -47,7 +47,7 @@ class EventSender:
         core.serializer.check_size(payload, f"data of event {name!r}")
         # the flows it starts are checked (their run ids) before anything is written
         triggered = [
-            (fd, check_id(run_id_for(fd.name, eid), f"run id for flow {fd.name!r}"))
+            (fd, check_new_run_id(run_id_for(fd.name, eid), f"run id for flow {fd.name!r}"))
             for fd in sorted(core.registry.flows().values(), key=lambda f: f.name)
             if fd.on_event == name
         ]

@@ -7,7 +7,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import math
 import uuid
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
@@ -22,7 +21,7 @@ from sdk._core._checks import (
     check_options,
     show,
 )
-from sdk._core._clock import seconds
+from sdk._core._clock import LATEST, in_range, instant, seconds
 from sdk._core._serde import converter, dumps, loads
 from sdk._core._types import RunOptions, Versions
 from sdk._core._values import Serializer
@@ -129,7 +128,7 @@ def new_run(
             f"queue {q!r} is FIFO (Queue(priority=False)): priority must be 0, got {priority}"
         )
     check_optional_id(concurrency_key, "concurrency_key")
-    at, delay = _delay(start_at, start_in)
+    at, delay = _delay(start_at, start_in, now)
     check_optional_id(tenant_id, "tenant_id")
     opts = check_options(options)
     if isinstance(fd, FlowDef):
@@ -161,24 +160,22 @@ def new_run(
 
 
 def _delay(
-    start_at: datetime | None, start_in: float | timedelta | None
+    start_at: datetime | None, start_in: float | timedelta | None, now: float
 ) -> tuple[float | None, float | None]:
-    """A delayed start: (epoch seconds, seconds after creation); at most one given."""
+    """A delayed start: (epoch seconds, seconds after creation); at most one given,
+    and a time `instant` accepts either way (so that every reader can show it)."""
     if start_at is not None and start_in is not None:
         raise InvalidArgument("start_at and start_in cannot both be given: pick one")
     if start_at is not None:
-        if not isinstance(start_at, datetime) or start_at.utcoffset() is None:
-            raise InvalidArgument(
-                f"start_at must be a timezone-aware datetime, got {show(start_at)}"
-            )
-        at = start_at.timestamp()
-        if not math.isfinite(at):
-            raise InvalidArgument(f"start_at is out of range: {show(start_at)}")
-        return at, None
+        return instant(start_at, "start_at"), None
     if start_in is not None:
         delay = seconds(start_in, "start_in")
         if delay < 0:
             raise InvalidArgument(f"start_in must not be negative, got {show(start_in)}")
+        if not in_range(now + delay):
+            raise InvalidArgument(
+                f"start_in: {show(start_in)} from now is after {LATEST.isoformat()}"
+            )
         return None, delay
     return None, None
 

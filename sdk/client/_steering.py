@@ -104,7 +104,7 @@ class RunSteering:
         check_optional_id(actor, "actor")
         secs = seconds(grace, "cancel(): grace")
         if secs < 0:
-            raise InvalidArgument(f"cancel(): grace must not be negative, got {grace!r:.80}")
+            raise InvalidArgument(f"cancel(): grace must not be negative, got {show(grace)}")
         await core.authorize(actor, "cancel", run_id)
         said = {"reason": reason, "actor": actor}
         refused = await cancel_run(core.store, run_id, reason, core.clock.time(), secs, said)
@@ -116,7 +116,7 @@ class RunSteering:
         core = self._core
         check_id(run_id, "run_id")
         if not isinstance(force, bool):
-            raise InvalidArgument(f"resume(): force must be a bool, got {force!r}")
+            raise InvalidArgument(f"resume(): force must be a bool, got {show(force)}")
         check_optional_id(actor, "actor")
         check_optional_id(version, "resume(): version")
         authorized = await core.authorize(actor, "force_resume" if force else "resume", run_id)

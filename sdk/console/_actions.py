@@ -16,6 +16,7 @@ from urllib.parse import quote
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
+from sdk._core._limits import MAX_JSON_DEPTH, nested_deeper
 from sdk.console._auth import csrf_ok, form_of, ui_of
 from sdk.console._run import NOTICES, run_page
 from sdk.console._state import Console
@@ -28,15 +29,23 @@ ACTIONS = tuple(NOTICES)
 DESTRUCTIVE = ("cancel", "replay", "fork")
 
 
+_TOO_DEEP = f"the payload nests more than {MAX_JSON_DEPTH} levels deep"
+
+
 def _payload(text: str) -> Any:
     """The JSON of a payload editor (empty: no payload)."""
     if not text.strip():
         return None
     try:
-        return json.loads(text)
+        value = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ValueError(f"the payload is not JSON: {exc.msg} at line {exc.lineno}, "
                          f"column {exc.colno}") from None  # fmt: skip
+    except RecursionError:  # deeper than the stack holds
+        raise ValueError(_TOO_DEEP) from None
+    if nested_deeper(value, MAX_JSON_DEPTH):  # before anything recursive sees it
+        raise ValueError(_TOO_DEEP)
+    return value
 
 
 def _text(form: Any, name: str) -> str | None:

@@ -16,9 +16,10 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from sdk._core._checks import check_id
 from sdk.client._follow import END, follow_run, read_ahead
 from sdk.console._state import Console
-from sdk.errors import RunNotFound, SteadyflowError
+from sdk.errors import InvalidArgument, RunNotFound, SteadyflowError
 
 __all__ = ["THROTTLE", "run_live", "runs_live"]
 
@@ -74,6 +75,10 @@ def _stream(source: AsyncIterator[Any], keepalive: float) -> StreamingResponse:
 async def run_live(request: Request, console: Console, actor: str) -> Response:
     """``GET /ui/runs/{run_id}/live``: a message whenever the run has a new event."""
     run_id = request.path_params["run_id"]
+    try:
+        check_id(run_id, "run_id")
+    except InvalidArgument as exc:  # no stream to reconnect to, ever
+        return Response(str(exc), status_code=422)
     settings = console.settings
     # After the last event the page shows (its script passes it): no repeat.
     cursor = request.query_params.get("cursor") or None

@@ -9,19 +9,23 @@ from datetime import UTC, datetime
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
+from sdk._core._checks import check_optional_id
+from sdk._core._clock import instant
 from sdk._core._types import RunRecord, RunStatus, WaitKind
 from sdk.client._runpages import RunFilter, cursor_after, page_runs
 from sdk.client._timeline import run_duration
 from sdk.console._auth import COOKIE, actor_of, csrf_ok, form_of, safe_next, ui_of
 from sdk.console._render import page
 from sdk.console._state import Console
-from sdk.errors import SteadyflowError
+from sdk.errors import InvalidArgument, SteadyflowError
 
 __all__ = ["queues", "runs", "schedules", "signin", "signin_form", "signout", "status_counts",
            "workers"]  # fmt: skip
 
 #: Status counts stop at this many runs per status (shown as "1,000+").
 COUNT_CAP = 1_000
+#: Most runs one page of the list shows.
+PAGE_MAX = 200
 #: Runs a run-id search reads at most (newest first).
 SEARCH_SCAN = 5_000
 _FILTERS = ("status", "waiting_on", "flow", "queue", "tenant_id", "since", "until", "q",
@@ -29,12 +33,15 @@ _FILTERS = ("status", "waiting_on", "flow", "queue", "tenant_id", "since", "unti
 
 
 def _utc(text: str, what: str) -> datetime:
-    """A time from a ``datetime-local`` field (read as UTC) or ISO 8601 text."""
+    """A time from a ``datetime-local`` field (read as UTC) or ISO 8601 text, in the
+    range of times Steadyflow stores (`instant`)."""
     try:
         at = datetime.fromisoformat(text)
     except ValueError:
         raise ValueError(f"{what}: {text[:40]!r} is not a date and time") from None
-    return at.replace(tzinfo=UTC) if at.tzinfo is None else at
+    at = at.replace(tzinfo=UTC) if at.tzinfo is None else at
+    instant(at, what)
+    return at
 
 
 def _before(at: datetime) -> str:
@@ -46,9 +53,10 @@ async def runs(request: Request, console: Console, actor: str) -> Response:
     """``GET /ui/runs``: a page of runs, newest first."""
     q = request.query_params
     given = {k: q[k].strip() for k in _FILTERS if q.get(k, "").strip()}
-    limit = min(max(int(q["limit"]) if q.get("limit", "").isdigit() else 50, 1), 200)
     error, found, next_cursor, note = None, list[RunRecord](), None, None
+    limit = 50
     try:
+        limit = _limit(q.get("limit", "").strip())
         since = _utc(given["since"], "since") if "since" in given else None
         cursor = q.get("cursor") or None
         if "until" in given and cursor is None:
@@ -82,6 +90,16 @@ async def runs(request: Request, console: Console, actor: str) -> Response:
     )  # fmt: skip
 
 
+def _limit(text: str) -> int:
+    """Runs per page: 1..`PAGE_MAX` (a larger number is cut down; 50 if not given)."""
+    if not text:
+        return 50
+    # ASCII digits only: "²" is a digit to str.isdigit, but no int
+    if not (text.isascii() and text.isdigit()):
+        raise ValueError(f"limit: {text[:20]!r} is not a number of runs (1..{PAGE_MAX})")
+    return min(max(int(text), 1), PAGE_MAX) if len(text) < 10 else PAGE_MAX
+
+
 async def _search(
     console: Console, where: RunFilter, text: str, limit: int
 ) -> tuple[list[RunRecord], str | None]:
@@ -107,6 +125,10 @@ async def _search(
 async def status_counts(request: Request, console: Console, actor: str) -> Response:
     """``GET /ui/counts``: how many runs each status has (up to `COUNT_CAP`)."""
     flow = request.query_params.get("flow") or None
+    try:
+        check_optional_id(flow, "flow")
+    except InvalidArgument as exc:
+        return Response(str(exc), status_code=422)
     counts = console.cached(("counts", flow))
     if counts is None:
         found = await asyncio.gather(

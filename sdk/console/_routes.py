@@ -24,7 +24,8 @@ from sdk.console._pages import (
     workers,
 )
 from sdk.console._run import run_page
-from sdk.console._state import Console, guarded
+from sdk.console._state import Console, guarded, refused
+from sdk.http._problems import ApiError
 from sdk.http._routing import Settings
 
 __all__ = ["console_routes"]
@@ -49,7 +50,10 @@ def console_routes(settings: Settings) -> list[BaseRoute]:
         return await signin_form(request, console)
 
     async def sign_in(request: Request) -> Response:
-        return await signin(request, console)
+        try:
+            return await signin(request, console)
+        except ApiError as exc:  # a form over max_body, before anyone is signed in
+            return refused(exc)
 
     # Nothing but runs under /runs/, so any run id has a page; a run id may hold "/":
     # the routes that end at the run id come last (as in the API).

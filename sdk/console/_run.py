@@ -20,7 +20,7 @@ from sdk.client._runs import utc
 from sdk.client._timeline import TimelineEntry, entries, run_duration, run_entry, start_of
 from sdk.console._render import gantt, page
 from sdk.console._state import Console
-from sdk.errors import RunNotFound, SteadyflowError
+from sdk.errors import InvalidArgument, RunNotFound, SteadyflowError
 
 __all__ = ["ACTIVATION_EVENTS", "NOTICES", "run_page", "run_view"]
 
@@ -158,6 +158,9 @@ async def run_page(
     except RunNotFound:
         return page(request, "notfound.html", status=404, actor=actor,
                     csrf=console.session.csrf(actor), run_id=run_id)  # fmt: skip
+    except InvalidArgument as exc:  # not a run id (a NUL, 400 characters)
+        return page(request, "table.html", status=422, actor=actor, title="Not a run id",
+                    csrf=console.session.csrf(actor), rows=[], error=str(exc))  # fmt: skip
     except SteadyflowError as exc:
         return page(request, "table.html", status=500, actor=actor, title=f"Run {run_id}",
                     csrf=console.session.csrf(actor), rows=[], error=str(exc))  # fmt: skip

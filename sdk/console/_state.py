@@ -12,9 +12,10 @@ from starlette.responses import RedirectResponse, Response
 
 from sdk.client._client import Client
 from sdk.console._auth import Session, actor_of, signin_url
+from sdk.http._problems import STATUS, ApiError
 from sdk.http._routing import Settings
 
-__all__ = ["Console", "Page", "guarded"]
+__all__ = ["Console", "Page", "guarded", "refused"]
 
 #: ``page(request, console, actor) -> Response``: a handler behind the guard.
 Page = Callable[[Request, "Console", str], Awaitable[Response]]
@@ -63,7 +64,16 @@ def guarded(console: Console, handler: Page) -> Callable[[Request], Awaitable[Re
             ):
                 return RedirectResponse(signin_url(request), status_code=303)
             return Response("sign in first (/ui/signin)", status_code=401)
-        return await handler(request, console, actor)
+        try:
+            return await handler(request, console, actor)
+        except ApiError as exc:  # a form over max_body
+            return refused(exc)
 
     answer.__name__ = handler.__name__
     return answer
+
+
+def refused(error: ApiError) -> Response:
+    """The answer to a request the HTTP layer refused (a body over ``max_body``: 413),
+    as text with the error's status: a console page, not the API's problem JSON."""
+    return Response(error.detail, status_code=STATUS[error.code][0], media_type="text/plain")

@@ -9,6 +9,7 @@ from urllib.parse import quote
 
 from starlette.responses import Response
 
+from sdk._core._clock import instant
 from sdk._core._serde import dumps
 from sdk._core._types import RunOptions, RunStatus
 from sdk._core._waiting import current
@@ -46,13 +47,15 @@ _RUN_OPTIONS = ("thread_id", "trace_id", "environment", "policy_snapshot_id")
 
 
 def _when(text: str, what: str) -> datetime:
-    """An aware datetime from ISO 8601 text (``Z`` or an offset required)."""
+    """An aware datetime from ISO 8601 text (``Z`` or an offset required), in the
+    range of times Steadyflow stores (`instant`)."""
     try:
         when = datetime.fromisoformat(text)
     except ValueError:
         raise InvalidArgument(f"{what} is not an ISO 8601 date-time: {text[:60]!r}") from None
     if when.tzinfo is None:
         raise InvalidArgument(f"{what} needs a UTC offset (like 'Z' or '+02:00'): {text[:60]!r}")
+    instant(when, what)
     return when
 
 

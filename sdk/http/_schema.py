@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from sdk._core._limits import MAX_JSON_DEPTH, nested_deeper
 from sdk.http._problems import ApiError, ErrorCode
 
 __all__ = ["check", "parse_json"]
@@ -91,6 +92,9 @@ def check(value: Any, schema: dict[str, Any], where: str) -> None:
             check(item, schema["items"], f"{where}[{i}]")
 
 
+_TOO_DEEP = f"the body's JSON is nested too deeply (more than {MAX_JSON_DEPTH} levels)"
+
+
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
@@ -98,7 +102,7 @@ def _no_constant(name: str) -> Any:
 def parse_json(body: bytes) -> Any:
     """The JSON value of a request body; `ApiError` (``invalid_json``, 400) saying
     what is wrong: not UTF-8, a syntax error (with its line and column), NaN or
-    Infinity, or nesting too deep to read."""
+    Infinity, or nesting deeper than `MAX_JSON_DEPTH` (100) arrays and objects."""
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -108,7 +112,7 @@ def parse_json(body: bytes) -> Any:
     if not text.strip():
         raise ApiError(ErrorCode.INVALID_JSON, "the body is empty; send a JSON object")
     try:
-        return json.loads(text, parse_constant=_no_constant)
+        value = json.loads(text, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
         raise ApiError(
             ErrorCode.INVALID_JSON,
@@ -116,7 +120,10 @@ def parse_json(body: bytes) -> Any:
         ) from None
     except ValueError as exc:
         raise ApiError(ErrorCode.INVALID_JSON, f"the body is not valid JSON: {exc}") from None
-    except RecursionError:
-        raise ApiError(
-            ErrorCode.INVALID_JSON, "the body's JSON is nested too deeply to read"
-        ) from None
+    except RecursionError:  # deeper than the stack holds
+        raise ApiError(ErrorCode.INVALID_JSON, _TOO_DEEP) from None
+    # whatever stack the parser had, nothing deeper than the bound goes on to code
+    # that recurses (a check, a converter, json.dumps)
+    if nested_deeper(value, MAX_JSON_DEPTH):
+        raise ApiError(ErrorCode.INVALID_JSON, _TOO_DEEP)
+    return value

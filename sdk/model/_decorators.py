@@ -14,7 +14,7 @@ from typing import Any, ParamSpec, TypeVar, overload
 
 import wrapt
 
-from sdk._core._checks import check_id, check_optional_id, check_timeout
+from sdk._core._checks import check_id, check_optional_id, check_timeout, show
 from sdk._core._retry import RetryPolicy
 from sdk.errors import InvalidArgument
 from sdk.model._channels import DEFAULT_CHANNEL_RETRY, ChannelDef, Handler, check_name
@@ -173,7 +173,7 @@ def channel(
     check_name(name, "channel name")
     policy = retry if retry is not None else DEFAULT_CHANNEL_RETRY
     if not isinstance(policy, RetryPolicy):
-        raise InvalidArgument(f"channel {name!r}: retry must be a RetryPolicy, got {retry!r}")
+        raise InvalidArgument(f"channel {name!r}: retry must be a RetryPolicy, got {show(retry)}")
 
     def register(fn: H) -> H:
         handler: Any = fn  # (iscoroutinefunction would narrow `fn` itself)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import inspect
 import json
-import math
 from collections.abc import Callable, Coroutine
 from datetime import timedelta
 from typing import Any
 
 import attrs
 
+from sdk._core._checks import show
+from sdk._core._clock import seconds
 from sdk._core._retry import RetryPolicy
 from sdk._core._serde import dumps, loads, return_type
 from sdk._core._values import Serializer
@@ -172,11 +173,7 @@ def encode_call(
 def retention(fname: str, value: float | timedelta | None) -> float | None:
     if value is None:
         return None
-    secs = value.total_seconds() if isinstance(value, timedelta) else value
-    if isinstance(secs, bool) or not isinstance(secs, (int, float)):
-        raise InvalidArgument(
-            f"flow {fname!r}: retention must be seconds or a timedelta, got {value!r}"
-        )
-    if not math.isfinite(secs) or secs < 0:
-        raise InvalidArgument(f"flow {fname!r}: retention must be >= 0 seconds, got {value!r}")
-    return float(secs)
+    secs = seconds(value, f"flow {fname!r}: retention")
+    if secs < 0:
+        raise InvalidArgument(f"flow {fname!r}: retention must be >= 0 seconds, got {show(value)}")
+    return secs

@@ -27,6 +27,7 @@ import re
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+from sdk._core._limits import short
 from sdk.errors import FlowNotFound, RegistryConflict
 from sdk.model._channels import ChannelDef
 from sdk.model._flowdef import FlowDef
@@ -118,7 +119,7 @@ class Registry:
             elif cdef is not None:
                 self.add_channel(cdef)
             else:
-                raise TypeError(f"{obj!r} is neither a @flow function nor a @channel handler")
+                raise TypeError(f"{short(obj)} is neither a @flow function nor a @channel handler")
 
     def add_flow(self, fd: FlowDef) -> None:
         """Register a flow definition under its name and version.

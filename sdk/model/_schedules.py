@@ -31,6 +31,7 @@ import attrs
 from cronsim import CronSim, CronSimError
 
 from sdk._core._checks import check_id, show
+from sdk._core._clock import MAX_SECONDS
 from sdk._core._values import Serializer
 from sdk.errors import InvalidArgument
 from sdk.model._flowdef import FlowDef, encode_call
@@ -169,8 +170,11 @@ def check_spec(schedule_id: Any, cron: Any, tz: Any, overlap: Any, catchup: Any)
             raise InvalidArgument(
                 f"{where}: catchup must be a timedelta (or seconds), got {show(catchup)}"
             )
-        if not math.isfinite(window) or window < 0:
-            raise InvalidArgument(f"{where}: catchup must be >= 0, got {show(catchup)}")
+        if not math.isfinite(window) or not 0 <= window <= MAX_SECONDS:
+            raise InvalidArgument(
+                f"{where}: catchup must be >= 0 and at most {MAX_SECONDS:.0e} seconds, "
+                f"got {show(catchup)}"
+            )
     return ScheduleSpec(cron, tz, overlap, window)
 
 
@@ -220,7 +224,7 @@ def scheduled(
             spec = check_spec(fd.name, cron, tz, overlap, catchup)
         else:
             spec = check_spec("scheduled", cron, tz, overlap, catchup)
-        check_tick_parameter(fn, f"@scheduled on {getattr(fn, '__qualname__', fn)!r}")
+        check_tick_parameter(fn, f"@scheduled on {show(getattr(fn, '__qualname__', fn))}")
         setattr(fn, _ATTR, spec)
         return fn
 
@@ -306,6 +310,15 @@ def new_schedule(
     )  # fmt: skip
 
 
+def _window(catchup: float) -> timedelta:
+    # a window stored before it was bounded (1e300: past what a timedelta holds), or
+    # by hand, reads as the nearest one taken now (the longest fires every missed
+    # tick alike), so that one schedule does not break every listing
+    if not math.isfinite(catchup):
+        return timedelta(seconds=MAX_SECONDS if catchup > 0 else 0.0)
+    return timedelta(seconds=min(max(catchup, 0.0), MAX_SECONDS))
+
+
 def schedule_info(s: StoredSchedule) -> ScheduleInfo:
     """The public view of a stored schedule."""
     cron = Cron(s.cron, s.tz)
@@ -315,7 +328,7 @@ def schedule_info(s: StoredSchedule) -> ScheduleInfo:
 
     return ScheduleInfo(
         schedule_id=s.schedule_id, flow=s.flow, cron=s.cron, tz=s.tz, overlap=s.overlap,
-        catchup=None if s.catchup is None else timedelta(seconds=s.catchup),
+        catchup=None if s.catchup is None else _window(s.catchup),
         paused=s.paused, next_tick=None if s.paused else local(s.next_at),
         last_tick=local(s.last_tick), last_run_id=s.last_run_id,
         buffered_tick=local(s.buffered), fired=s.fired, skipped=s.skipped,

@@ -114,5 +114,5 @@ async def run_child(flow: Callable[..., Any] | str, *args: Any, **kwargs: Any) -
 def _flow_def(flow: Callable[..., Any]) -> FlowDef:
     fd = flow_def_of(flow)
     if fd is None:
-        raise InvalidArgument(f"start_child(): {flow!r} is not a @flow function or a flow name")
+        raise InvalidArgument(f"start_child(): {show(flow)} is not a @flow function or a flow name")
     return fd

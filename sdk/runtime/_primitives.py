@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any, NoReturn
 
 from sdk._core._checks import check_id, check_name
-from sdk._core._clock import seconds
+from sdk._core._clock import instant, seconds
 from sdk.errors import InvalidArgument
 from sdk.model._events import match_data, watch_for
 from sdk.runtime._runtime import current_runtime
@@ -129,10 +129,10 @@ def sleep(duration: float | timedelta) -> Coroutine[Any, Any, None]:
 
 
 def sleep_until(when: datetime) -> Coroutine[Any, Any, None]:
-    """Sleep durably until an aware datetime."""
-    if not isinstance(when, datetime) or when.tzinfo is None:
-        raise InvalidArgument(f"sleep_until needs a timezone-aware datetime, got {when!r}")
-    return current_runtime("sleep_until()").sleep_until(when.timestamp(), None)
+    """Sleep durably until an aware datetime, from 0001-01-02 to 9999-12-31 UTC (a
+    time every UTC offset can show; `InvalidArgument` otherwise)."""
+    at = instant(when, "sleep_until(): when")
+    return current_runtime("sleep_until()").sleep_until(at, None)
 
 
 def now() -> Coroutine[Any, Any, datetime]:

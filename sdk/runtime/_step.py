@@ -9,7 +9,7 @@ from typing import Any, TypeVar, overload
 
 import wrapt
 
-from sdk._core._checks import check_id, check_timeout
+from sdk._core._checks import check_id, check_timeout, show
 from sdk._core._retry import RetryPolicy
 from sdk.errors import InvalidArgument
 from sdk.model._stepspec import REPLAY_POLICIES, ReplayPolicy, StepSpec
@@ -78,6 +78,8 @@ def step(
             )
         if replay not in REPLAY_POLICIES:
             raise InvalidArgument(f"step {sname!r}: replay must be one of {REPLAY_POLICIES}")
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise InvalidArgument(f"step {sname!r}: retry must be a RetryPolicy, got {show(retry)}")
         limit = None
         if timeout is not None:
             limit = check_timeout(timeout, f"@step {sname!r}: timeout")

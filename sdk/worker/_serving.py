@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from sdk._core._checks import show
 from sdk.errors import InvalidArgument
 from sdk.model._channels import ChannelDef
 from sdk.model._flowdef import FlowDef
@@ -21,7 +22,7 @@ def served_flow(f: Callable[..., Any] | str) -> FlowDef | str:
         return f
     fd = flow_def_of(f)
     if fd is None:
-        raise InvalidArgument(f"{f!r} is not a @flow function")
+        raise InvalidArgument(f"{show(f)} is not a @flow function")
     return fd
 
 
@@ -31,7 +32,7 @@ def served_channel(c: Callable[..., Any] | str) -> ChannelDef | str:
         return c
     cdef = channel_def_of(c)
     if cdef is None:
-        raise InvalidArgument(f"{c!r} is not a @channel handler")
+        raise InvalidArgument(f"{show(c)} is not a @channel handler")
     return cdef
 
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import cattrs
 
-from sdk._core._checks import check_id, check_int, check_optional_id, check_seconds
+from sdk._core._checks import check_id, check_int, check_optional_id, check_seconds, show
 from sdk._core._clock import Clock, SystemClock
 from sdk._core._tasks import cancel_and_wait
 from sdk._core._values import Serializer
@@ -129,7 +129,7 @@ class Worker:
         check_optional_id(name, "Worker: name")
         if isinstance(queues, str):
             raise InvalidArgument(
-                f"Worker: queues must be a list of queue names, got {queues!r:.80}"
+                f"Worker: queues must be a list of queue names, got {show(queues)}"
             )
         for q in queues or ():
             check_id(q, "Worker: a queue")
