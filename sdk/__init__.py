@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from sdk._core._clock import Clock, SystemClock
     from sdk._core._retry import RetryPolicy
     from sdk._core._types import (
+        AuditEntry,
         Checkpoint,
         CheckpointKind,
         Decision,
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
     )
     from sdk._core._values import Serializer
     from sdk.client._client import Authorizer, Client, RunHandle
+    from sdk.client._roles import Role, RoleAuthorizer
     from sdk.model._channels import Intent, IntentStatus
     from sdk.model._decorators import channel, flow
     from sdk.model._queues import Queue, QueueInfo, RateLimit
@@ -71,6 +73,7 @@ if TYPE_CHECKING:
 
 #: public name -> the module that defines it
 _WHERE = {
+    "AuditEntry": "sdk._core._types",
     "Authorizer": "sdk.client._client",
     "Checkpoint": "sdk._core._types",
     "CheckpointKind": "sdk._core._types",
@@ -89,6 +92,8 @@ _WHERE = {
     "Reason": "sdk._core._types",
     "Registry": "sdk.model._registry",
     "RetryPolicy": "sdk._core._retry",
+    "Role": "sdk.client._roles",
+    "RoleAuthorizer": "sdk.client._roles",
     "RunContext": "sdk.runtime._context",
     "RunHandle": "sdk.client._client",
     "RunOptions": "sdk._core._types",
@@ -124,6 +129,7 @@ _WHERE = {
 }
 
 __all__ = [
+    "AuditEntry",
     "Authorizer",
     "Checkpoint",
     "CheckpointKind",
@@ -142,6 +148,8 @@ __all__ = [
     "Reason",
     "Registry",
     "RetryPolicy",
+    "Role",
+    "RoleAuthorizer",
     "RunContext",
     "RunHandle",
     "RunOptions",

@@ -1,5 +1,6 @@
 """The Redis store's calls that steer a run from outside: signal, audit,
-cancel, resume, delete (each one script on the run's partition)."""
+cancel, resume, delete (each one script on the run's partition; a deletion
+also writes its entry of the partition's audit log, `stores._audit`)."""
 
 from __future__ import annotations
 
@@ -85,9 +86,13 @@ class RunControl:
         reply = await self._core.call("resume", [k.run(run_id), k.journal(run_id)], args)
         return refused(reply)
 
-    async def delete(self, run_id: str, now: float, *, event_data: str = "") -> Refused | None:
+    async def delete(
+        self, run_id: str, now: float, *, event_data: str = "", audit_data: str = ""
+    ) -> Refused | None:
         k = self._keys
         reply = await self._core.call(
-            "delete", [k.run(run_id)], [k.base_of(run_id), run_id, num(now), event_data]
+            "delete",
+            [k.run(run_id)],
+            [k.base_of(run_id), run_id, num(now), event_data, audit_data],
         )
         return refused(reply)

@@ -92,6 +92,9 @@ SUFFIX = {
     "schedule": "sch:",  # HASH  one schedule: spec, next tick, last run, counters (+ schedule id)
     "schedules": "schedules",  # ZSET  every schedule id -> created_at
     "sched_due": "schq:",  # ZSET  schedule id -> when it next needs a worker (+ flow name)
+    # The deployment's audit logs (stores._audit), per partition, capped, outliving runs.
+    "audit": "audit",  # STREAM changes: run deletions (in the run's partition), schedule ops (0)
+    "denied": "denied",  # STREAM refusals of calls that have no run log (a start, a schedule op)
 }
 
 #: The suffixes of the keys that belong to one run (base + suffix + run id):
@@ -106,7 +109,7 @@ RUN_SUFFIXES = (
 SHARED_SUFFIXES = (
     "feed", "queue", "wake", "swake", "bell", "status", "queues", "seq", "timers", "leases", "runs",
     "expiry", "deadlines", "cancels", "repair", "intent", "outbox", "outbox_wake", "intent_seq",
-    "schedule", "schedules", "sched_due",
+    "schedule", "schedules", "sched_due", "audit", "denied",
     "workers", "worker", "evindex", "evshapes", "children", "qslots", "qkeyed", "qrate",
 )  # fmt: skip
 

@@ -47,7 +47,9 @@ class Schedules:
     def schedule_run_id(self, run_id: str) -> str:
         return self._keys.in_partition(run_id, 0)
 
-    async def save_schedule(self, new: NewSchedule, *, replace: bool, now: float) -> int:
+    async def save_schedule(
+        self, new: NewSchedule, *, replace: bool, now: float, audit_data: str = ""
+    ) -> int:
         key = self._schedule_key(new.schedule_id)
         reply = await self._core.call(
             "schedule_save",
@@ -55,21 +57,22 @@ class Schedules:
             [
                 self._keys.base(0), new.schedule_id, "ensure" if replace else "create", num(now),
                 new.spec, "" if new.next_at is None else num(new.next_at), new.flow, new.queue,
-                "cron", new.cron, "tz", new.tz, "args", new.args, "overlap", new.overlap,
-                "catchup", "" if new.catchup is None else num(new.catchup),
+                audit_data, "cron", new.cron, "tz", new.tz, "args", new.args,
+                "overlap", new.overlap, "catchup", "" if new.catchup is None else num(new.catchup),
             ],
         )  # fmt: skip
         return int(_decode.corrupt("", reply))
 
     async def schedule_op(
-        self, schedule_id: str, op: ScheduleOp, now: float, next_at: float | None = None
-    ) -> bool:
+        self, schedule_id: str, op: ScheduleOp, now: float, next_at: float | None = None, *,
+        audit_data: str = "",
+    ) -> bool:  # fmt: skip
         key = self._schedule_key(schedule_id)
         reply = await self._core.call(
             "schedule_state",
             [key],
             [self._keys.base(0), schedule_id, op.value, num(now),
-             "" if next_at is None else num(next_at)],
+             "" if next_at is None else num(next_at), audit_data],
         )  # fmt: skip
         return bool(_decode.corrupt("", reply) == 1)
 

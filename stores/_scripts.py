@@ -49,7 +49,7 @@ What the files may use beyond Lua (filled in here):
 - ``@EVENTS_MAX@``: the store's ``max_events_per_run``;
 - ``@CLUSTER@``: ``true`` when the store runs on Redis Cluster, else ``false``;
 - the prelude's ``-- @generated`` line: ``ALLOWED`` (the transition table),
-  ``TERMINAL``, ``RUN_KEYS`` and ``MAX_PRIORITY``, generated from their one
+  ``TERMINAL``, ``RUN_KEYS``, ``MAX_PRIORITY`` and ``AUDIT_MAX``, generated from their one
   Python source;
 - a body line ``--@splice NAME``: NAME's body up to its final ``return 1``.
 
@@ -65,6 +65,7 @@ from importlib import resources
 from types import MappingProxyType
 
 from sdk.store import TRANSITIONS, RunStatus
+from sdk.store._audit import MAX_AUDIT_ENTRIES
 from sdk.store._records import MAX_PRIORITY
 from stores._keys import RUN_SUFFIXES, SUFFIX
 
@@ -89,6 +90,7 @@ def _lua_table() -> str:
         f"local TERMINAL = {{{terminal}}}\n"
         f"local RUN_KEYS = {{{run_keys}}}\n"
         f"local MAX_PRIORITY = {MAX_PRIORITY}\n"
+        f"local AUDIT_MAX = {MAX_AUDIT_ENTRIES}\n"
     )
 
 

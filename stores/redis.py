@@ -20,7 +20,8 @@ it, each a plain object that owns its concern:
 - `RunControl` (`stores._control`): signal, audit, cancel, resume, delete;
 - `Outbox` (`stores._outbox`), `WorkerBeats` (`stores._workers`),
   `EventDelivery` (`stores._events`), `Schedules` (`stores._schedules`),
-  `Queues` (`stores._queuestore`).
+  `Queues` (`stores._queuestore`), `AuditLogs` (`stores._audit`): the
+  deployment's audit logs.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from urllib.parse import urlsplit
 import redis.asyncio as aioredis
 
 from sdk.store import (
+    AuditLog,
     Claim,
     Consumed,
     Delivery,
@@ -56,6 +58,7 @@ from sdk.store import (
     ScheduleOp,
     StartOutcome,
     StepEvent,
+    StoredAuditEntry,
     StoredCheckpoint,
     StoredEvent,
     StoredIntent,
@@ -64,6 +67,7 @@ from sdk.store import (
     TickResult,
     WorkerBeat,
 )
+from stores._audit import AuditLogs
 from stores._claiming import Claims
 from stores._clients import redact, redis_clients
 from stores._cluster import CLUSTER_SCHEMES, DEFAULT_PARTITIONS, cluster_clients
@@ -136,6 +140,7 @@ class RedisStore:
         self._events = EventDelivery(core)
         self._schedules = Schedules(core)
         self._queues = Queues(core)
+        self._audit = AuditLogs(core)
         #: What `describe` calls the store (its URL without a password).
         self._label = "redis"
 
@@ -398,8 +403,25 @@ class RedisStore:
             run_id, discard_key, now=now, event_data=event_data, version=version, rewind=rewind
         )
 
-    async def delete(self, run_id: str, now: float, *, event_data: str = "") -> Refused | None:
-        return await self._control.delete(run_id, now, event_data=event_data)
+    async def delete(
+        self, run_id: str, now: float, *, event_data: str = "", audit_data: str = ""
+    ) -> Refused | None:
+        return await self._control.delete(run_id, now, event_data=event_data, audit_data=audit_data)
+
+    # -- the deployment's audit logs -----------------------------------------------------
+
+    async def append_audit(
+        self, log: AuditLog, event_type: EventType, now: float, data: str, *,
+        run_id: str | None = None, schedule_id: str | None = None,
+    ) -> None:  # fmt: skip
+        await self._audit.append_audit(
+            log, event_type, now, data, run_id=run_id, schedule_id=schedule_id
+        )
+
+    async def audit_log(
+        self, log: AuditLog, cursor: str | None, limit: int
+    ) -> list[StoredAuditEntry]:
+        return await self._audit.audit_log(log, cursor, limit)
 
     # -- a run's history, and waits ------------------------------------------------------
 
@@ -483,13 +505,20 @@ class RedisStore:
     def schedule_run_id(self, run_id: str) -> str:
         return self._schedules.schedule_run_id(run_id)
 
-    async def save_schedule(self, new: NewSchedule, *, replace: bool, now: float) -> int:
-        return await self._schedules.save_schedule(new, replace=replace, now=now)
+    async def save_schedule(
+        self, new: NewSchedule, *, replace: bool, now: float, audit_data: str = ""
+    ) -> int:
+        return await self._schedules.save_schedule(
+            new, replace=replace, now=now, audit_data=audit_data
+        )
 
     async def schedule_op(
-        self, schedule_id: str, op: ScheduleOp, now: float, next_at: float | None = None
-    ) -> bool:
-        return await self._schedules.schedule_op(schedule_id, op, now, next_at)
+        self, schedule_id: str, op: ScheduleOp, now: float, next_at: float | None = None, *,
+        audit_data: str = "",
+    ) -> bool:  # fmt: skip
+        return await self._schedules.schedule_op(
+            schedule_id, op, now, next_at, audit_data=audit_data
+        )
 
     async def schedules(self, schedule_ids: Sequence[str] | None = None) -> list[StoredSchedule]:
         return await self._schedules.schedules(schedule_ids)

@@ -71,7 +71,8 @@ class Deployment:
 
     def serve(self) -> None:
         port = free_port()
-        tokens = f"{ALICE}=alice,{BOB}=bob"
+        # alice starts runs and approves; bob approves (the approvers= list refuses him)
+        tokens = f"{ALICE}=alice:operator,approver,{BOB}=bob:approver"
         proc = self._spawn("serve", ["serve", "tests.test_console", "--port", str(port)],
                            {"STEADYFLOW_API_TOKENS": tokens})  # fmt: skip
         self.base = f"http://127.0.0.1:{port}"
@@ -211,7 +212,7 @@ def test_an_approver_approves_and_watches_the_run_finish_live(
     assert "warehouse did not answer" in timeline.inner_text()
     assert "recovery (the worker's lease expired)" in timeline.inner_text()
     wait = page.locator('[data-wait="ship-order"]')
-    assert "The authorizer" not in wait.inner_text()  # no authorizer: approvers= decides
+    assert "The authorizer allows you (alice)" in wait.inner_text()  # her approver role
     shot(page, "run-waiting")
     wait.get_by_label("Reason (optional)").fill("stock checked")
     wait.get_by_role("button", name="Approve").click()

@@ -143,7 +143,7 @@ async def test_a_run_logs_the_canonical_sequence_with_clock_times(store: RedisSt
     ]
     by_type = {e.type: e for e in events}
     assert by_type["run.created"].data == {"flow": "tests.events.order", "queue": "default",
-                                           "priority": 0}  # fmt: skip
+                                           "priority": 0, "actor": None}  # fmt: skip
     assert by_type["signal.received"].data == {"name": "paid", "dedup_id": "pay-1",
                                                "actor": "psp"}  # fmt: skip
     assert by_type["step.completed"].data is None

@@ -31,7 +31,7 @@ def server_fixture(redis_url: str, key_prefix: str, tmp_path: Path) -> Iterator[
         [STEADYFLOW, "serve", "tests.test_http", "--store", redis_url, "--prefix", key_prefix,
          "--host", "127.0.0.1", "--port", str(port)],
         cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-        env={**os.environ, "STEADYFLOW_API_TOKENS": f"{TOKEN}=ops"},
+        env={**os.environ, "STEADYFLOW_API_TOKENS": f"{TOKEN}=ops:operator"},
     )  # fmt: skip
     base = f"http://127.0.0.1:{port}"
     try:

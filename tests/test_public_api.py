@@ -39,6 +39,8 @@ DOCUMENTED_SDK = {
     "patched", "deprecate_patch",
     # docs/api.md "Run records": RunRecord.waiting_on (issue 28)
     "WaitingOn", "WaitKind",
+    # docs/security.md "The role model", "The audit log" (issue 30)
+    "Role", "RoleAuthorizer", "AuditEntry",
 }  # fmt: skip
 
 

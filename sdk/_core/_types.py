@@ -14,6 +14,7 @@ import attrs
 from sdk.store._statuses import CheckpointKind, EventType, RunStatus
 
 __all__ = [
+    "AuditEntry",
     "Checkpoint",
     "CheckpointKind",
     "Decision",
@@ -159,6 +160,32 @@ class Event:
     step_key: str | None
     data: Any
     correlation: dict[str, str | None]
+
+
+@attrs.frozen
+class AuditEntry:
+    """One entry of the deployment's audit log (`Client.audit_log`): an action kept
+    apart from any run's log, so that it outlives the run (a deletion), or has no
+    run to be logged in (a schedule operation, a refused start).
+
+    Attributes:
+        entry_id: stable cursor (pass the last one as `cursor` for the next page).
+        type: an `EventType`: ``run.deleted``, ``schedule.created``,
+            ``schedule.paused``..., or ``auth.denied`` (in the refusals log).
+        at: when, from the injected clock of the process that acted.
+        actor: who acted (or was refused), as the caller named them; None if no one was named.
+        run_id: the run it concerns (the deleted one, the one a refused start named).
+        schedule_id: the schedule it concerns.
+        data: the JSON details (actor, action, reason, the deleted run's flow and status...).
+    """
+
+    entry_id: str
+    type: str
+    at: datetime
+    actor: str | None
+    run_id: str | None
+    schedule_id: str | None
+    data: Any
 
 
 @attrs.frozen

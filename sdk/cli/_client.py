@@ -2,7 +2,8 @@
 and SDK errors as exit codes and one line of text (never a traceback).
 
 Privileged commands (``signal``, ``approve``, ``deny``, ``cancel``, ``resume``,
-``replay``, ``fork``, ``delete``) take ``--actor`` (default ``$STEADYFLOW_ACTOR``)
+``replay``, ``fork``, ``delete``, ``send-event``, and the ``schedules`` commands that
+change a schedule) take ``--actor`` (default ``$STEADYFLOW_ACTOR``)
 and ``--authorizer module:attr`` (default ``$STEADYFLOW_AUTHORIZER``): the
 attribute is an `Authorizer` (an object with ``can(actor, action, run)``), or
 a class or function that makes one when called with no arguments. The Client
@@ -45,7 +46,9 @@ from sdk.errors import (
 )
 from sdk.store import PartitionsMismatch, Store
 
-__all__ = ["ACTOR_VARIABLE", "AUTHORIZER_VARIABLE", "fail", "privileged", "run_client"]
+__all__ = [
+    "ACTOR_VARIABLE", "AUTHORIZER_VARIABLE", "fail", "load_authorizer", "privileged", "run_client",
+]  # fmt: skip
 
 T = TypeVar("T")
 
@@ -112,35 +115,44 @@ def run_client(
         fail(f"{exc}{where}", code)
 
 
-def load_authorizer(spec: str | None) -> Authorizer | None:
-    """The authorizer ``module:attr`` names (None for none). A bad spec is a usage error."""
+def load_authorizer(spec: str | None, option: str = "--authorizer") -> Authorizer | None:
+    """The authorizer ``module:attr`` names (None for none): the attribute itself, or
+    what calling it with no arguments makes when it is a class or a factory (it has
+    no ``can``). Anything wrong is a usage error (exit 2) naming `spec`."""
     if not spec:
         return None
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise click.BadParameter(
-            f"{spec!r} is not module:attr (e.g. myapp.auth:authorizer)", param_hint="--authorizer"
+            f"{spec!r} is not module:attr (e.g. myapp.auth:authorizer)", param_hint=option
         )
     if os.getcwd() not in sys.path:  # as `steadyflow worker`: the current directory imports
         sys.path.insert(0, os.getcwd())
     try:
         found: Any = importlib.import_module(module_name)
-    except ModuleNotFoundError as e:
+    except Exception as e:  # a missing module, or one that fails as it is imported
         raise click.BadParameter(
-            f"cannot import {module_name!r}: {e}", param_hint="--authorizer"
+            f"{spec!r}: cannot import {module_name!r} ({type(e).__name__}: {e})", param_hint=option
         ) from None
     for part in attr.split("."):
         if not hasattr(found, part):
             raise click.BadParameter(
-                f"module {module_name!r} has no attribute {attr!r}", param_hint="--authorizer"
+                f"{spec!r}: module {module_name!r} has no attribute {attr!r}", param_hint=option
             )
         found = getattr(found, part)
     if isinstance(found, type) or (callable(found) and not hasattr(found, "can")):
-        found = found()  # a class or a factory
+        try:
+            found = found()  # a class or a factory
+        except Exception as e:
+            raise click.BadParameter(
+                f"{spec!r}: calling it with no arguments to make the authorizer failed "
+                f"({type(e).__name__}: {e})",
+                param_hint=option,
+            ) from None
     if not callable(getattr(found, "can", None)):
         raise click.BadParameter(
-            f"{spec} is not an Authorizer (it has no can(actor, action, run) method)",
-            param_hint="--authorizer",
+            f"{spec!r} is not an Authorizer (it has no can(actor, action, run) method)",
+            param_hint=option,
         )
     return found  # type: ignore[no-any-return]
 

@@ -1,4 +1,5 @@
-"""``steadyflow export``, ``queues`` and ``workers``: a run's whole record, and the deployment."""
+"""``steadyflow export``, ``queues``, ``workers`` and ``audit``: a run's whole record,
+and the deployment."""
 
 from __future__ import annotations
 
@@ -69,4 +70,45 @@ def workers(as_json: bool, store: StoreOptions) -> None:
         click.echo("no live worker on this store and prefix", err=True)
 
 
-COMMANDS = (export, queues, workers)
+@click.command("audit", context_settings=CONTEXT_SETTINGS, epilog=EXIT_CODES)
+@click.option(
+    "--refusals",
+    is_flag=True,
+    help="The refusals log (auth.denied of starts and schedule operations).",
+)
+@click.option(
+    "--cursor",
+    metavar="ENTRY_ID",
+    default=None,
+    help="Entries after this one (the last entry_id of the previous page).",
+)
+@click.option(
+    "--limit",
+    metavar="N",
+    type=click.IntRange(1, 100_000),
+    default=100,
+    show_default=True,
+    help="Entries to show.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (stable shapes).")
+@store_options
+def audit(
+    refusals: bool, cursor: str | None, limit: int, as_json: bool, store: StoreOptions
+) -> None:
+    """The deployment's audit log, oldest first: run deletions and schedule operations,
+    with who did them (kept when the run is gone); or, with --refusals, the refused
+    starts and schedule operations."""
+    found = run_client(store, lambda c: c.audit_log(cursor=cursor, limit=limit, refusals=refusals))
+    last = found[-1].entry_id if found else cursor
+    if as_json:
+        echo_json({"entries": shapes(found), "next_cursor": last})
+        return
+    table(
+        ("AT", "TYPE", "ACTOR", "RUN", "SCHEDULE", "ENTRY"),
+        ((when(e.at), e.type, e.actor, e.run_id, e.schedule_id, e.entry_id) for e in found),
+    )
+    if len(found) == limit:
+        click.echo(f"more: --cursor {last}", err=True)
+
+
+COMMANDS = (export, queues, workers, audit)

@@ -6,6 +6,11 @@ serves until SIGTERM or SIGINT. Requests need a bearer token from
 ``$STEADYFLOW_API_TOKENS`` or ``--tokens-file``; ``--insecure-local`` (a
 developer's machine) drops that, and is refused unless ``--host`` is a
 loopback address.
+
+Who may do what: ``--authorizer module:object`` (an `Authorizer`, or a class or
+function that makes one), or else the roles the tokens carry
+(``token=actor:role,role``: `sdk.RoleAuthorizer`; a token without roles may
+only read). ``--insecure-local`` without ``--authorizer`` allows everything.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from sdk.cli._client import load_authorizer
 from sdk.cli._options import CONTEXT_SETTINGS, EXIT_CODES, StoreOptions, store_options
 from sdk.cli._worker import LOG_LEVELS, import_flow_modules
 from sdk.errors import InvalidArgument
@@ -26,6 +32,7 @@ from sdk.errors import InvalidArgument
 if TYPE_CHECKING:
     import uvicorn
 
+    from sdk.client._clientcore import Authorizer
     from sdk.http import Authenticate
 
 __all__ = ["serve"]
@@ -50,7 +57,17 @@ __all__ = ["serve"]
     metavar="F",
     type=click.Path(dir_okay=False),
     default=None,
-    help="Bearer tokens, 'token=actor' per line. [default: $STEADYFLOW_API_TOKENS]",
+    help="Bearer tokens, 'token=actor' or 'token=actor:role,role' per line (roles: viewer, "
+    "operator, approver, admin). [default: $STEADYFLOW_API_TOKENS]",
+)
+@click.option(
+    "--authorizer",
+    "authorizer_spec",
+    metavar="MODULE:OBJECT",
+    default=None,
+    help="The Authorizer that decides who may do what (or a class or function making one). "
+    "[default: the roles in the tokens, token=actor:role,role; a token without roles "
+    "may only read]",
 )
 @click.option(
     "--insecure-local",
@@ -67,12 +84,14 @@ def serve(
     host: str,
     port: int,
     tokens_file: str | None,
+    authorizer_spec: str | None,
     insecure_local: bool,
     log_level: str,
 ) -> None:
     """Serve the HTTP runtime API (docs/http.md) for the flows the MODULEs define.
 
-    Every endpoint but /healthz needs 'Authorization: Bearer TOKEN'.
+    Every endpoint but /healthz needs 'Authorization: Bearer TOKEN'. What a token
+    may do is --authorizer's to decide, or else its roles' (docs/security.md).
     """
     try:
         from sdk.http import BearerTokens
@@ -95,16 +114,36 @@ def serve(
             "no tokens to authenticate requests with: set STEADYFLOW_API_TOKENS='token=actor,...' "
             "or give --tokens-file (or, on your own machine, --insecure-local)"
         )
+    authorizer = load_authorizer(authorizer_spec)
+    if authorizer is not None and tokens is not None and tokens.roles:
+        raise click.UsageError(
+            f"--authorizer {authorizer_spec} decides who may do what, and the tokens carry "
+            "roles too: give one or the other (drop the roles, or --authorizer)"
+        )
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    if insecure_local and authorizer is None and tokens is not None and tokens.roles:
+        raise click.UsageError(
+            "--insecure-local allows everything, so the roles the tokens carry would be "
+            "ignored: unset the tokens, or give --authorizer"
+        )
+    if authorizer is None and tokens is not None and not insecure_local:
+        authorizer = tokens.authorizer()
+        readers = sorted(tokens.actors - tokens.roles.keys())
+        if readers:
+            logging.getLogger("steadyflow.http").warning(
+                "tokens without roles may only read: %s (give roles, e.g. 'token=%s:operator'; "
+                "docs/security.md)", ", ".join(readers), readers[0],
+            )  # fmt: skip
     import_flow_modules(modules)
-    asyncio.run(_serve(store, tokens, insecure_local, host, port, log_level.lower()))
+    asyncio.run(_serve(store, tokens, authorizer, insecure_local, host, port, log_level.lower()))
 
 
 async def _serve(
     options: StoreOptions,
     tokens: Authenticate | None,
+    authorizer: Authorizer | None,
     insecure_local: bool,
     host: str,
     port: int,
@@ -118,7 +157,8 @@ async def _serve(
 
     store = options.open()  # in this loop: a redis-py client belongs to the loop that made it
     try:
-        app = create_app(Client(store), authenticate=tokens, insecure_local=insecure_local)
+        client = Client(store, authorizer)
+        app = create_app(client, authenticate=tokens, insecure_local=insecure_local)
         config = uvicorn.Config(
             app, host=host, port=port, log_level=log_level, lifespan="off",
             # open event streams are cut after this many seconds of a shutdown

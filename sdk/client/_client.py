@@ -11,7 +11,8 @@ and interceptors, and the helpers every part needs):
 - `RunDeriver` (`sdk.client._lineage`): replay and fork;
 - `EventSender` (`sdk.client._sending`): `send_event` (it starts runs with the starter);
 - `QueueReport` (`sdk.client._queuing`) and `Schedules` (`sdk.client._schedclient`);
-- `Exporter` (`sdk.client._export`): `export`.
+- `Exporter` (`sdk.client._export`): `export`;
+- `AuditTrail` (`sdk.client._audit`): `audit_log`.
 
 `get`, `list_runs`, `handle` and `workers` are small enough to be here.
 """
@@ -34,6 +35,7 @@ from sdk._core._checks import (
 )
 from sdk._core._clock import Clock, SystemClock
 from sdk._core._types import (
+    AuditEntry,
     Checkpoint,
     Event,
     RunOptions,
@@ -44,6 +46,7 @@ from sdk._core._types import (
 )
 from sdk._core._values import Serializer
 from sdk._core._waiting import runs_waiting_on
+from sdk.client._audit import AuditTrail
 from sdk.client._clientcore import Authorizer, ClientCore
 from sdk.client._export import Exporter, Redact
 from sdk.client._handle import RunHandle
@@ -116,6 +119,7 @@ class Client:
         self._queues = QueueReport(core)
         self._schedules = Schedules(core)
         self._exporter = Exporter(core)
+        self._audit = AuditTrail(core)
 
     # What the client was made with; every part reads it from the core, so setting
     # one here changes it for all of them.
@@ -188,6 +192,7 @@ class Client:
         concurrency_key: str | None = None,
         start_at: datetime | None = None,
         start_in: float | timedelta | None = None,
+        actor: str | None = None,
         **kwargs: Any,
     ) -> RunHandle:
         """Start a run of `flow` (a `@flow` function or a registered flow name).
@@ -209,15 +214,21 @@ class Client:
                 durable timer until then, and is queued then.
             start_in: the same, in seconds (or a `timedelta`) from now. Not with
                 `start_at`.
+            actor: who starts it, recorded in the ``run.created`` event. With an
+                authorizer, a start that names an actor is put to it (action
+                ``start``, about the record of the run to be created); one that
+                names none is your application's own and is not asked.
 
         Raises:
             QueueFull: the queue holds its ``Queue(max_pending=...)`` ready runs
                 (the queue as declared in the client's registry); nothing was written.
+            Forbidden: the authorizer refused ``start``: nothing was written but
+                an ``auth.denied`` entry in the audit log's refusals (`audit_log`).
         """
         handle, _ = await self._starter.start(
             flow, args, kwargs, run_id=run_id, priority=priority, queue=queue,
             tenant_id=tenant_id, options=options, concurrency_key=concurrency_key,
-            start_at=start_at, start_in=start_in,
+            start_at=start_at, start_in=start_in, actor=actor,
         )  # fmt: skip
         return handle
 
@@ -389,8 +400,11 @@ class Client:
 
         Deletes the record, journal, event log, checkpoints, mailboxes, dedup
         ids and lineage of the run and takes it off every index; the run id is
-        free again. Its event log goes with it, so the ``run.deleted`` event
-        (with `actor`) reaches only live `follow` listeners.
+        free again. Its event log goes with it; the deletion itself is recorded
+        outside it, by the same atomic write: a ``run.deleted`` entry in the
+        deployment's audit log (`audit_log`: who, and the run's flow, status,
+        tenant and creation time), and the ``run.deleted`` event on the live feed
+        (`follow`). With an authorizer, `actor` needs ``delete``.
 
         Raises:
             InvalidTransition: the run has not finished (pending, running,
@@ -399,6 +413,31 @@ class Client:
             Forbidden: the authorizer refused ``delete`` (audited as ``auth.denied``).
         """
         await self._steering.delete(run_id, actor)
+
+    async def audit_log(
+        self, *, cursor: str | None = None, limit: int = 100, refusals: bool = False
+    ) -> list[AuditEntry]:
+        """A page of the deployment's audit log, oldest first: what is kept apart
+        from the runs' own logs, so that it outlives them.
+
+        The changes log (default) holds each run deletion (``run.deleted``) and
+        each schedule operation (``schedule.created``, ``schedule.paused``,
+        ``schedule.resumed``, ``schedule.deleted``, ``schedule.triggered``), with
+        its actor. With ``refusals=True``, the refusals log: the ``auth.denied``
+        of starts and schedule operations (a refusal about an existing run is in
+        that run's own log). They are apart so that refusals, which anyone can
+        provoke, never push changes out: each keeps at least its newest
+        ``sdk.store.MAX_AUDIT_ENTRIES`` (100,000) entries per store partition.
+
+        Pass the last `AuditEntry.entry_id` as `cursor` for the next page; every
+        entry comes exactly once across pages.
+
+        Example::
+
+            for entry in await client.audit_log():
+                print(entry.at, entry.type, entry.actor, entry.run_id or entry.schedule_id)
+        """
+        return await self._audit.audit_log(cursor, limit, refusals)
 
     # -- history ------------------------------------------------------------------
 
@@ -570,6 +609,7 @@ class Client:
         tz: str = "UTC",
         overlap: str = "skip",
         catchup: timedelta | None = None,
+        actor: str | None = None,
     ) -> ScheduleInfo:
         """Run `flow` on a cron schedule: each tick starts one run, with the tick time
         (an aware datetime with the schedule's UTC offset) as its first argument,
@@ -579,41 +619,51 @@ class Client:
         the same id with another definition raises `IdempotencyConflict` (delete
         it first). See `sdk.scheduled` for `tz`, `overlap` and `catchup`.
 
+        Every schedule operation that names an `actor` is put to the authorizer,
+        if any (``create_schedule``, ``pause_schedule``, ``resume_schedule``,
+        ``delete_schedule``, ``trigger_schedule``; a refusal raises `Forbidden`
+        and is kept in the audit log's refusals), and each one that changes a
+        schedule is an entry of the audit log (`audit_log`), with its actor.
+
         Example::
 
             await client.create_schedule("nightly", report, cron="30 2 * * *",
-                                         tz="Europe/Paris", args=("eu",))
+                                         tz="Europe/Paris", args=("eu",), actor="ops")
         """
         return await self._schedules.create(
-            schedule_id, flow, cron, args, kwargs, tz, overlap, catchup
+            schedule_id, flow, cron, args, kwargs, tz, overlap, catchup, actor
         )
 
-    async def pause_schedule(self, schedule_id: str) -> ScheduleInfo:
+    async def pause_schedule(self, schedule_id: str, *, actor: str | None = None) -> ScheduleInfo:
         """Stop firing ticks until `resume_schedule` (a buffered tick is dropped;
-        a run in progress goes on). Raises `ScheduleNotFound`."""
-        return await self._schedules.pause(schedule_id)
+        a run in progress goes on). Raises `ScheduleNotFound`. Audited as
+        ``schedule.paused`` (see `create_schedule`)."""
+        return await self._schedules.pause(schedule_id, actor)
 
-    async def resume_schedule(self, schedule_id: str) -> ScheduleInfo:
+    async def resume_schedule(self, schedule_id: str, *, actor: str | None = None) -> ScheduleInfo:
         """Fire ticks again, from the first tick after now: ticks that came while it
-        was paused are not caught up. Raises `ScheduleNotFound`."""
-        return await self._schedules.resume(schedule_id)
+        was paused are not caught up. Raises `ScheduleNotFound`. Audited as
+        ``schedule.resumed`` (see `create_schedule`)."""
+        return await self._schedules.resume(schedule_id, actor)
 
-    async def delete_schedule(self, schedule_id: str) -> None:
+    async def delete_schedule(self, schedule_id: str, *, actor: str | None = None) -> None:
         """Delete the schedule (its runs are kept). Raises `ScheduleNotFound`. A
         ``@scheduled`` flow's schedule is created again by the next worker that
-        starts serving the flow."""
-        await self._schedules.delete(schedule_id)
+        starts serving the flow. Audited as ``schedule.deleted`` (see
+        `create_schedule`)."""
+        await self._schedules.delete(schedule_id, actor)
 
     async def list_schedules(self) -> list[ScheduleInfo]:
         """Every schedule, oldest first."""
         return await self._schedules.list_all()
 
-    async def trigger_schedule(self, schedule_id: str) -> RunHandle:
+    async def trigger_schedule(self, schedule_id: str, *, actor: str | None = None) -> RunHandle:
         """Start a run of the schedule now (also when paused; the overlap policy does
         not apply), with now as its tick time. The next pass of a worker serving
         the flow starts it (workers are woken); the handle's run id is
-        ``f"{schedule_id}@{now}"``. Raises `ScheduleNotFound`."""
-        return await self._schedules.trigger(schedule_id)
+        ``f"{schedule_id}@{now}"``. Raises `ScheduleNotFound`. Audited as
+        ``schedule.triggered`` (see `create_schedule`)."""
+        return await self._schedules.trigger(schedule_id, actor)
 
     # -- export -------------------------------------------------------------------
 

@@ -1,6 +1,7 @@
 """What every part of `Client` shares: `ClientCore` (its store, clock, registry,
 serializer, authorizer and interceptors, and the helpers every part needs: a run
-read, its public record, authorization and its audit), and the `Authorizer` protocol.
+read, its public record, authorization and its audit), and the `Authorizer` protocol
+(the built-in role model implementing it is `sdk.client._roles`).
 
 `Client` builds one core and hands it to each of its parts (`sdk.client._client`).
 """
@@ -30,6 +31,7 @@ from sdk.errors import (
 from sdk.model._flowdef import FlowDef
 from sdk.model._intercept import Interceptor
 from sdk.model._registry import Registry, flow_def_of
+from sdk.store import AuditLog
 
 if TYPE_CHECKING:
     from sdk.store import Store, StoredRun
@@ -40,9 +42,19 @@ __all__ = ["Authorizer", "ClientCore"]
 class Authorizer(Protocol):
     """Decides whether `actor` may perform `action` on `run`.
 
-    Actions: ``signal``, ``approve``, ``deny``, ``cancel``, ``resume``,
-    ``force_resume``, ``replay``, ``fork``, ``delete``, ``send_event`` (per run
-    the event would reach).
+    Actions on a run (`run` is its record as read just before): ``signal``,
+    ``approve``, ``deny``, ``cancel``, ``resume``, ``force_resume``, ``replay``,
+    ``fork``, ``delete``, ``send_event`` (per run the event would reach).
+
+    Actions that create or change what has no stored run yet: ``start`` (`run`
+    is the record of the run about to be created: status ``pending``, its id,
+    flow, queue, tenant...), and ``create_schedule``, ``pause_schedule``,
+    ``resume_schedule``, ``delete_schedule``, ``trigger_schedule`` (`run` is the
+    record of a run the schedule starts: its `RunRecord.schedule_id`, flow and
+    queue; its `run_id` is the schedule's id). These are asked when the call
+    names an actor (every call of the HTTP API and the console does).
+
+    Answer False for an action you do not know: a later version may ask about more.
     """
 
     def can(self, actor: str, action: str, run: RunRecord) -> bool: ...
@@ -178,6 +190,29 @@ class ClientCore:
         if actor is None:
             raise Forbidden(f"{action} of run {run_id!r} needs an actor (an authorizer is set)")
         raise Forbidden(f"{actor!r} may not {action} run {run_id!r}")
+
+    async def authorize_new(
+        self, actor: str | None, action: str, record: RunRecord, what: str, *,
+        schedule_id: str | None = None,
+    ) -> None:  # fmt: skip
+        """Ask the authorizer about `action` on what has no stored run to decide on
+        or to log a refusal in: a start (`record`: the run about to be created) or
+        a schedule operation (`record`: a run the schedule starts). Only a call
+        that names an actor is asked (one without is the application's own, as
+        before these actions were put to the authorizer). A refusal writes only
+        an ``auth.denied`` entry in the audit log's refusals (`what` names the
+        target in the error)."""
+        if self.authorizer is None or actor is None:
+            return
+        if self.authorizer.can(actor, action, record):
+            return
+        run_id = None if schedule_id is not None else record.run_id
+        said = {"actor": actor, "action": action, "flow": record.flow}
+        await self.store.append_audit(
+            AuditLog.REFUSALS, EventType.AUTH_DENIED, self.clock.time(), dumps(said),
+            run_id=run_id, schedule_id=schedule_id,
+        )  # fmt: skip
+        raise Forbidden(f"{actor!r} may not {action} {what}")
 
     async def audit_denied(self, run_id: str, data: dict[str, Any]) -> None:
         """Write the ``auth.denied`` event of a refusal (`data`: who, what)."""

@@ -23,9 +23,10 @@ from sdk._core._checks import (
 )
 from sdk._core._clock import LATEST, in_range, instant, seconds
 from sdk._core._serde import converter, dumps, loads
-from sdk._core._types import RunOptions, Versions
+from sdk._core._types import RunOptions, RunRecord, RunStatus, Versions
 from sdk._core._values import Serializer
 from sdk.client._handle import RunHandle
+from sdk.client._runs import utc
 from sdk.errors import CorruptRecord, IdempotencyConflict, InvalidArgument, QueueFull
 from sdk.model._flowdef import FlowDef, encode_call
 from sdk.model._queues import Queue
@@ -34,7 +35,7 @@ from sdk.store import CorruptData, NewRun
 if TYPE_CHECKING:
     from sdk.client._clientcore import ClientCore
 
-__all__ = ["RunStarter", "new_run"]
+__all__ = ["RunStarter", "new_run", "pending_record"]
 
 
 class RunStarter:
@@ -51,16 +52,19 @@ class RunStarter:
         tenant_id: str | None = None, options: RunOptions | None = None,
         cause: dict[str, Any] | None = None, concurrency_key: str | None = None,
         start_at: datetime | None = None, start_in: float | timedelta | None = None,
+        actor: str | None = None,
     ) -> tuple[RunHandle, bool]:  # fmt: skip
         """`Client.start`, also saying whether it created the run; `cause` joins the
-        ``run.created`` event's data (e.g. the event that started it)."""
+        ``run.created`` event's data (e.g. the event that started it), as does
+        `actor` (who starts it: the authorizer, if any, is asked for ``start``)."""
         core = self._core
         fd = core.flow_def(flow)
         run_id = check_new_run_id(run_id if run_id is not None else str(uuid.uuid4()), "run_id")
+        check_optional_id(actor, "start(): actor")
         create = functools.partial(
             self._create, fd, args, kwargs, run_id=run_id, priority=priority, queue=queue,
             tenant_id=tenant_id, cause=cause, concurrency_key=concurrency_key,
-            start_at=start_at, start_in=start_in,
+            start_at=start_at, start_in=start_in, actor=actor,
         )  # fmt: skip
         if not core.interceptors:
             return await create(options)
@@ -81,7 +85,7 @@ class RunStarter:
         self, fd: FlowDef | str, args: tuple[Any, ...], kwargs: dict[str, Any],
         options: RunOptions | None, *, run_id: str, priority: int, queue: str | None,
         tenant_id: str | None, cause: dict[str, Any] | None, concurrency_key: str | None,
-        start_at: datetime | None, start_in: float | timedelta | None,
+        start_at: datetime | None, start_in: float | timedelta | None, actor: str | None,
     ) -> tuple[RunHandle, bool]:  # fmt: skip
         core = self._core
         queues = core.registry.queues()
@@ -90,9 +94,13 @@ class RunStarter:
             tenant_id=tenant_id, options=options, now=core.clock.time(),
             concurrency_key=concurrency_key, start_at=start_at, start_in=start_in, queues=queues,
         )  # fmt: skip
+        await core.authorize_new(actor, "start", pending_record(new), f"run {run_id!r}")
         declared = queues.get(new.queue)
         try:
-            data = {"flow": new.flow, "queue": new.queue, "priority": priority, **(cause or {})}
+            data = {
+                "flow": new.flow, "queue": new.queue, "priority": priority, "actor": actor,
+                **(cause or {}),
+            }  # fmt: skip
             outcome = await core.store.create_run(
                 new, dumps(data), max_pending=declared.max_pending if declared else None
             )
@@ -157,6 +165,32 @@ def new_run(
         parent_run_id=parent_run_id, tree_root_run_id=tree_root_run_id, abandon=abandon,
         concurrency_key=concurrency_key, start_at=at, start_in=delay,
     )  # fmt: skip
+
+
+def pending_record(new: NewRun, *, schedule_id: str | None = None) -> RunRecord:
+    """The record of `new` as it will be once created (pending): what the authorizer
+    is asked about before a start, or a schedule operation, writes anything."""
+    return RunRecord(
+        run_id=new.run_id, flow=new.flow, status=RunStatus.PENDING,
+        created_at=utc(new.created_at), queue=new.queue, priority=new.priority,
+        flow_version=new.flow_version, tenant_id=new.tenant_id, thread_id=new.thread_id,
+        trace_id=new.trace_id or new.run_id, environment=new.environment,
+        versions=Versions() if new.versions is None else converter.structure(
+            loads(new.versions), Versions
+        ),
+        policy_snapshot_id=new.policy_snapshot_id, root_run_id=new.run_id,
+        parent_run_id=new.parent_run_id, tree_root_run_id=new.tree_root_run_id,
+        schedule_id=schedule_id, concurrency_key=new.concurrency_key,
+        start_at=_when(new.start_at),
+    )  # fmt: skip
+
+
+def _when(at: float | None) -> datetime | None:
+    """A delayed start's time, as a datetime (None when there is none or it has none)."""
+    try:
+        return None if at is None else utc(at)
+    except (ValueError, OverflowError, OSError):  # beyond datetime: the start's own checks say
+        return None
 
 
 def _delay(

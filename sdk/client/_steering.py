@@ -15,7 +15,7 @@ from sdk._core._serde import converter, dumps
 from sdk._core._types import Decision, Reason, RunStatus
 from sdk.client._handle import RunHandle
 from sdk.client._rewind import read_rewind
-from sdk.client._runs import cancel_run, raise_refused, refusal_error
+from sdk.client._runs import cancel_run, raise_refused, refusal_error, utc
 from sdk.errors import InvalidArgument, SerializationError
 from sdk.store import Mailbox, Refusal, Refused
 
@@ -149,8 +149,13 @@ class RunSteering:
         core = self._core
         check_id(run_id, "run_id")
         check_optional_id(actor, "actor")
-        await core.authorize(actor, "delete", run_id)
+        stored = await core.authorize(actor, "delete", run_id) or await core.stored(run_id)
+        said = {"reason": "deleted", "actor": actor}
+        # the audit log's entry outlives the run: say what was deleted
+        created = utc(stored.created_at).isoformat()
+        kept = {**said, "flow": stored.flow, "status": stored.status.value,
+                "tenant_id": stored.tenant_id, "created_at": created}  # fmt: skip
         refused = await core.store.delete(
-            run_id, core.clock.time(), event_data=dumps({"reason": "deleted", "actor": actor})
+            run_id, core.clock.time(), event_data=dumps(said), audit_data=dumps(kept)
         )
         raise_refused(run_id, refused)

@@ -1,5 +1,6 @@
 """Endpoints that steer runs (signal, decide, cancel, resume, replay, fork), send
-events, and report on queues, workers, schedules and health. Each is a thin
+events, operate schedules, and report on queues, workers, schedules, the audit
+log and health. Each is a thin
 layer over `sdk.Client`; the authenticated caller is the actor of every
 privileged call, so the client's `Authorizer` decides and audits."""
 
@@ -16,6 +17,7 @@ from sdk.http._runs import json_answer, location
 __all__ = [
     "FORK_FIELDS",
     "approve",
+    "audit_log",
     "cancel",
     "delete_schedule",
     "deny",
@@ -137,23 +139,33 @@ async def list_schedules(call: Call) -> dict[str, Any]:
 
 async def pause_schedule(call: Call) -> dict[str, Any]:
     """``POST /v1/schedules/{schedule_id}/pause``."""
-    return shape(await call.client.pause_schedule(call.params["schedule_id"]))
+    return shape(await call.client.pause_schedule(call.params["schedule_id"], actor=call.actor))
 
 
 async def resume_schedule(call: Call) -> dict[str, Any]:
     """``POST /v1/schedules/{schedule_id}/resume``."""
-    return shape(await call.client.resume_schedule(call.params["schedule_id"]))
+    return shape(await call.client.resume_schedule(call.params["schedule_id"], actor=call.actor))
 
 
 async def trigger_schedule(call: Call) -> dict[str, Any]:
     """``POST /v1/schedules/{schedule_id}/trigger``: the run id the tick gets."""
-    handle = await call.client.trigger_schedule(call.params["schedule_id"])
+    handle = await call.client.trigger_schedule(call.params["schedule_id"], actor=call.actor)
     return {"schedule_id": call.params["schedule_id"], "run_id": handle.run_id}
 
 
 async def delete_schedule(call: Call) -> None:
     """``DELETE /v1/schedules/{schedule_id}``."""
-    await call.client.delete_schedule(call.params["schedule_id"])
+    await call.client.delete_schedule(call.params["schedule_id"], actor=call.actor)
+
+
+async def audit_log(call: Call) -> dict[str, Any]:
+    """``GET /v1/audit``: a page of the deployment's audit log (changes, or refusals)."""
+    p = call.params
+    entries = await call.client.audit_log(
+        cursor=p.get("cursor"), limit=p.get("limit", 100), refusals=p.get("refusals", False)
+    )
+    last = entries[-1].entry_id if entries else p.get("cursor")
+    return {"entries": shapes(entries), "next_cursor": last}
 
 
 async def healthz(call: Call) -> dict[str, Any]:

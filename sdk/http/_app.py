@@ -65,7 +65,9 @@ def create_app(
 
     Raises:
         InvalidArgument: no way to authenticate was given (no `authenticate`,
-            no ``$STEADYFLOW_API_TOKENS``, not `insecure_local`), or a bad bound.
+            no ``$STEADYFLOW_API_TOKENS``, not `insecure_local`), or a bad bound;
+            or the tokens carry roles (`BearerTokens.roles`) and the client has no
+            authorizer (pass ``Client(store, tokens.authorizer())``).
 
     Example::
 
@@ -82,6 +84,12 @@ def create_app(
             "create_app(): nothing to authenticate requests with: pass authenticate=... "
             f"(e.g. BearerTokens.from_file(path)), set ${TOKENS_VARIABLE}='token=actor,...', "
             "or (on a developer's machine) insecure_local=True"
+        )
+    if isinstance(authenticate, BearerTokens) and authenticate.roles and client.authorizer is None:
+        # the roles would be ignored: every token could do everything
+        raise InvalidArgument(
+            "create_app(): the bearer tokens carry roles, but the client has no authorizer "
+            "to grant them: create the client with Client(store, tokens.authorizer())"
         )
     if isinstance(max_body, bool) or not isinstance(max_body, int) or max_body < 1:
         raise InvalidArgument(f"create_app(): max_body must be a positive int, got {max_body!r}")

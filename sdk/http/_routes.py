@@ -91,6 +91,7 @@ _EVENT_DATA = {
 
 _RUN_ERRORS = (E.RUN_NOT_FOUND,)
 _STEER_ERRORS = (E.RUN_NOT_FOUND, E.FORBIDDEN, E.INVALID_TRANSITION)
+_SCHEDULE_ERRORS = (E.SCHEDULE_NOT_FOUND, E.FORBIDDEN)
 
 
 def _query(name: str, schema: dict[str, Any], description: str) -> Param:
@@ -125,10 +126,11 @@ def routes() -> tuple[Route, ...]:
         Route("POST", "/v1/runs", "startRun", "Start a run of a registered flow", runs.start_run,
               "runs", status=201, response=_RUN, body=START_BODY,
               errors=(E.FLOW_NOT_FOUND, E.SERIALIZATION_ERROR, E.IDEMPOTENCY_CONFLICT,
-                      E.QUEUE_FULL),
+                      E.QUEUE_FULL, E.FORBIDDEN),
               description="The arguments are checked against the flow's signature and "
               "rebuilt into its annotated types before anything is written. The same run_id "
-              "with the same arguments returns the existing run."),
+              "with the same arguments returns the existing run. The caller needs the "
+              "'start' action (the operator role)."),
         Route("GET", "/v1/runs", "listRuns", "List runs, newest first", runs.list_runs, "runs",
               response=_obj({"runs": {"type": "array", "items": _RUN},
                              "next_cursor": {"type": ["string", "null"]}}, "runs", "next_cursor"),
@@ -220,17 +222,30 @@ def routes() -> tuple[Route, ...]:
             Route("POST", f"/v1/schedules/{{schedule_id}}/{verb}", f"{verb}Schedule",
                   f"{verb.capitalize()} a schedule", handler, "operations",
                   params=(_SCHEDULE_ID,), response=ref("ScheduleInfo"),
-                  errors=(E.SCHEDULE_NOT_FOUND,))
+                  errors=_SCHEDULE_ERRORS)
             for verb, handler in (("pause", act.pause_schedule), ("resume", act.resume_schedule))
         ),
         Route("POST", "/v1/schedules/{schedule_id}/trigger", "triggerSchedule",
               "Start a run of a schedule now", act.trigger_schedule, "operations",
               params=(_SCHEDULE_ID,),
               response=_obj({"schedule_id": _ID, "run_id": _ID}, "schedule_id", "run_id"),
-              errors=(E.SCHEDULE_NOT_FOUND,)),
+              errors=_SCHEDULE_ERRORS),
         Route("DELETE", "/v1/schedules/{schedule_id}", "deleteSchedule", "Delete a schedule",
               act.delete_schedule, "operations", status=204, params=(_SCHEDULE_ID,),
-              errors=(E.SCHEDULE_NOT_FOUND,)),
+              errors=_SCHEDULE_ERRORS),
+        Route("GET", "/v1/audit", "listAuditEntries",
+              "The deployment's audit log: run deletions, schedule operations (or refusals)",
+              act.audit_log, "operations",
+              response=_obj({"entries": {"type": "array", "items": ref("AuditEntry")},
+                             "next_cursor": {"type": ["string", "null"]}},
+                            "entries", "next_cursor"),
+              params=(_query("cursor", {"type": "string"}, "Entries after this entry_id."),
+                      _query("limit", {**_LIMIT, "default": 100}, "Page size."),
+                      _query("refusals", {"type": "boolean", "default": False},
+                             "The refusals log (auth.denied of starts and schedule "
+                             "operations) instead of the changes log.")),
+              description="Oldest first. Kept apart from the runs' own logs: a deleted "
+              "run's deletion, with who deleted it, stays here."),
         Route("GET", "/healthz", "healthz", "Liveness: the process answers (no authentication)",
               act.healthz, "health", public=True,
               response=_obj({"status": {"type": "string", "enum": ["ok"]}}, "status")),

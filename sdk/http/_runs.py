@@ -109,7 +109,7 @@ async def start_run(call: Call) -> Response:
         given["trace_id"] = traceparent
     if given:
         options["options"] = RunOptions(**{k: given[k] for k in _RUN_OPTIONS if k in given})
-    handle = await client.start(name, *values, **options, **named)
+    handle = await client.start(name, *values, **options, actor=call.actor, **named)
     return json_answer(shape(await client.get(handle.run_id)), 201, location(handle.run_id))
 
 

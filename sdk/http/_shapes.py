@@ -18,6 +18,7 @@ from typing import Any
 import attrs
 
 from sdk._core._types import (
+    AuditEntry,
     Checkpoint,
     CheckpointKind,
     ErrorInfo,
@@ -40,6 +41,7 @@ __all__ = ["ENUMS", "RECORDS", "components", "ref"]
 #: The records answers carry, by their schema name.
 RECORDS: tuple[type, ...] = (
     RunRecord, Event, Checkpoint, QueueInfo, WorkerInfo, ScheduleInfo, TimelineEntry, WaitingOn,
+    AuditEntry,
 )  # fmt: skip
 #: The enums shown as enums: statuses, reason codes, event types, error codes.
 ENUMS: tuple[type[enum.Enum], ...] = (
@@ -49,6 +51,7 @@ ENUMS: tuple[type[enum.Enum], ...] = (
 # Fields whose annotation is a plain str but whose values are an enum's.
 _ENUM_FIELDS: dict[tuple[type, str], type[enum.Enum]] = {
     (Event, "type"): EventType,
+    (AuditEntry, "type"): EventType,
     (ErrorInfo, "reason"): Reason,
     (WaitingOn, "kind"): WaitKind,
 }

@@ -24,7 +24,7 @@ __all__ = ["RESERVED_OPTIONS", "RESULT_GRACE", "FlowDef", "encode_call", "retent
 #: themselves; a flow parameter may not use them.
 RESERVED_OPTIONS = frozenset(
     {"run_id", "priority", "queue", "tenant_id", "options", "parent_close",
-     "concurrency_key", "start_at", "start_in"}
+     "concurrency_key", "start_at", "start_in", "actor"}
 )  # fmt: skip
 
 #: Seconds a run deleted on success (``@flow(delete_on_success=True)``) keeps a

@@ -4,8 +4,11 @@ it (see `sdk.store._protocol`). The engine and the client call a `Store`;
 but this package and `sdk._core`."""
 
 from sdk.store._protocol import (
+    MAX_AUDIT_ENTRIES,
     RESUMABLE,
     TRANSITIONS,
+    AuditLog,
+    AuditStore,
     CheckpointKind,
     Claim,
     Consumed,
@@ -42,6 +45,7 @@ from sdk.store._protocol import (
     StartOutcome,
     StepEvent,
     Store,
+    StoredAuditEntry,
     StoredCheckpoint,
     StoredEvent,
     StoredIntent,
@@ -55,8 +59,11 @@ from sdk.store._protocol import (
 )
 
 __all__ = [
+    "MAX_AUDIT_ENTRIES",
     "RESUMABLE",
     "TRANSITIONS",
+    "AuditLog",
+    "AuditStore",
     "CheckpointKind",
     "Claim",
     "Consumed",
@@ -93,6 +100,7 @@ __all__ = [
     "StartOutcome",
     "StepEvent",
     "Store",
+    "StoredAuditEntry",
     "StoredCheckpoint",
     "StoredEvent",
     "StoredIntent",

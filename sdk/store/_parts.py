@@ -217,19 +217,32 @@ class ScheduleStore(Protocol):
         one atomic step with the schedule. No I/O."""
         ...
 
-    async def save_schedule(self, new: NewSchedule, *, replace: bool, now: float) -> int:
+    async def save_schedule(
+        self, new: NewSchedule, *, replace: bool, now: float, audit_data: str = ""
+    ) -> int:
         """Create a schedule: 1. The same spec again: 0, nothing written. Another
         spec under the same id: -1 (nothing written), or with `replace` 2: its
         spec and next tick are replaced, its state (paused, last run, counters)
-        kept."""
+        kept. With `audit_data`, a save that writes (1, 2) also appends a
+        ``schedule.created`` (``schedule.replaced``) entry with it to the audit
+        log (`AuditLog.CHANGES`), in the same atomic step."""
         ...
 
     async def schedule_op(
-        self, schedule_id: str, op: ScheduleOp, now: float, next_at: float | None = None
+        self,
+        schedule_id: str,
+        op: ScheduleOp,
+        now: float,
+        next_at: float | None = None,
+        *,
+        audit_data: str = "",
     ) -> bool:
         """Pause (a buffered tick is dropped), resume (next tick `next_at`; only a
         paused schedule changes), delete, or trigger (a run at `now`, started by the
-        next worker pass that fires the schedule). False for no such schedule."""
+        next worker pass that fires the schedule). False for no such schedule.
+        With `audit_data`, an operation on a schedule that exists also appends a
+        ``schedule.paused`` (``resumed``, ``deleted``, ``triggered``) entry with it
+        to the audit log (`AuditLog.CHANGES`), in the same atomic step."""
         ...
 
     async def schedules(self, schedule_ids: Sequence[str] | None = None) -> list[StoredSchedule]:

@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from sdk.store._audit import MAX_AUDIT_ENTRIES, AuditLog, AuditStore, StoredAuditEntry
 from sdk.store._parts import (
     ChildStore,
     EventStore,
@@ -78,8 +79,11 @@ from sdk.store._schedules import (
 from sdk.store._statuses import RESUMABLE, TRANSITIONS, CheckpointKind, EventType, RunStatus
 
 __all__ = [
+    "MAX_AUDIT_ENTRIES",
     "RESUMABLE",
     "TRANSITIONS",
+    "AuditLog",
+    "AuditStore",
     "CheckpointKind",
     "Claim",
     "Consumed",
@@ -116,6 +120,7 @@ __all__ = [
     "StartOutcome",
     "StepEvent",
     "Store",
+    "StoredAuditEntry",
     "StoredCheckpoint",
     "StoredEvent",
     "StoredIntent",
@@ -131,7 +136,7 @@ __all__ = [
 
 class Store(
     HistoryReads, OutboxStore, WorkerRegistry, EventStore, ChildStore, QueueReads,
-    ScheduleStore, Protocol,
+    ScheduleStore, AuditStore, Protocol,
 ):  # fmt: skip
     """Run records, journals, mailboxes, timers, queues and leases.
 
@@ -546,11 +551,15 @@ class Store(
         position, and workers serving `version` may claim it."""
         ...
 
-    async def delete(self, run_id: str, now: float, *, event_data: str = "") -> Refused | None:
-        """Delete a finished run: every key of it and its index entries; the
-        ``run.deleted`` event (`event_data`: who deleted it) goes to the feed
-        only. `NOT_FINISHED` for a run that has not finished (nothing is
-        deleted); `NOT_FOUND` when repeated."""
+    async def delete(
+        self, run_id: str, now: float, *, event_data: str = "", audit_data: str = ""
+    ) -> Refused | None:
+        """Delete a finished run: every key of it and its index entries. The
+        ``run.deleted`` event (`event_data`: who deleted it) goes to the feed,
+        and, in the same atomic step as the deletion, to the audit log
+        (`AuditLog.CHANGES`, with `audit_data`, default `event_data`): a deletion
+        is never without its record. `NOT_FINISHED` for a run that has not
+        finished (nothing is deleted); `NOT_FOUND` when repeated."""
         ...
 
     async def close(self) -> None: ...

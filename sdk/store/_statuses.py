@@ -109,7 +109,8 @@ class EventType(enum.StrEnum):
     may clean up until then; ``run.canceled`` follows."""
     RUN_CANCELED = "run.canceled"
     RUN_DELETED = "run.deleted"
-    """On the live feed only (`Client.follow`): the run's own log is deleted with it."""
+    """On the live feed (`Client.follow`) and in the deployment's audit log
+    (`Client.audit_log`): the run's own log is deleted with it."""
     RUN_REPLAYED = "run.replayed"
     """The first event of a run made by `Client.replay` (data: source, checkpoint, actor)."""
     RUN_FORKED = "run.forked"
@@ -140,6 +141,20 @@ class EventType(enum.StrEnum):
     """The flow called ``continue_as_new``: a generation ended and the next began
     (data: generation, archived_as, continued_as). In the run's log and, as its last
     event, in the archived generation's (see `Store.continue_as_new`)."""
+
+    SCHEDULE_CREATED = "schedule.created"
+    """In the audit log: `Client.create_schedule` created a schedule (data: actor, flow,
+    cron, tz)."""
+    SCHEDULE_REPLACED = "schedule.replaced"
+    """In the audit log: a schedule's definition was replaced (data: actor, ...)."""
+    SCHEDULE_PAUSED = "schedule.paused"
+    """In the audit log: `Client.pause_schedule` (data: actor)."""
+    SCHEDULE_RESUMED = "schedule.resumed"
+    """In the audit log: `Client.resume_schedule` (data: actor)."""
+    SCHEDULE_DELETED = "schedule.deleted"
+    """In the audit log: `Client.delete_schedule` (data: actor)."""
+    SCHEDULE_TRIGGERED = "schedule.triggered"
+    """In the audit log: `Client.trigger_schedule` (data: actor, run_id)."""
 
     def __str__(self) -> str:
         return self.value

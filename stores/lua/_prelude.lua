@@ -17,7 +17,7 @@ local unpack = unpack or table.unpack
 local EVENTS_MAX = @EVENTS_MAX@
 -- Whether the store runs on Redis Cluster (scripts then guard against slot migration).
 local CLUSTER = @CLUSTER@
--- @generated: ALLOWED, TERMINAL, RUN_KEYS, MAX_PRIORITY (stores._scripts._lua_table)
+-- @generated: ALLOWED, TERMINAL, RUN_KEYS, MAX_PRIORITY, AUDIT_MAX (stores._scripts._lua_table)
 
 local function rk(id) return P .. K.run .. id end
 -- run ids may contain ':', so the mailbox key length-prefixes the id
@@ -278,6 +278,19 @@ local function emit(id, etype, at, step, data, seq)
              #id .. ':' .. id .. #eid .. ':' .. eid .. #etype .. ':'
              .. etype .. #at .. ':' .. at .. #step .. ':' .. step .. #data .. ':' .. data)
   return eid
+end
+
+-- Append an entry to the partition's audit log `log` (K.audit: changes, such as
+-- deletions and schedule operations; K.denied: refusals of calls that have no
+-- run log), which outlives runs: type, at, run and schedule ids ('' for none),
+-- data (JSON, passed through). Capped at about AUDIT_MAX entries (trimmed with
+-- the XADD: audit entries are rare, so the trim costs nothing worth batching).
+local function audit_entry(log, etype, at, run, sched, data)
+  local args = {P .. log, 'MAXLEN', '~', AUDIT_MAX, '*', 'type', etype, 'at', at}
+  if run ~= '' then args[#args + 1] = 'run'; args[#args + 1] = run end
+  if sched ~= '' then args[#args + 1] = 'schedule'; args[#args + 1] = sched end
+  if data ~= '' then args[#args + 1] = 'data'; args[#args + 1] = data end
+  return redis.call('XADD', unpack(args))
 end
 
 -- Take a checkpoint: it covers the journal writes made so far (seq). Ids are

@@ -35,6 +35,7 @@ _absent = missing("pytest_asyncio", "freezegun")
 if _absent:  # an ImportError, as for any optional dependency
     raise ImportError(needs_extra("testing.conformance", _absent))
 
+from testing.conformance._audit import AuditChecks  # noqa: E402
 from testing.conformance._cancels import CancelRequestChecks  # noqa: E402
 from testing.conformance._claims import ClaimChecks  # noqa: E402
 from testing.conformance._consume import ConsumeChecks  # noqa: E402
@@ -86,6 +87,7 @@ class StoreConformance(
     QueueLimitChecks,
     ScheduleChecks,
     StickyChecks,
+    AuditChecks,
 ):
     """Every check of the store protocol, for pytest to collect in a subclass.
 
