@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -22,16 +23,19 @@ from tests.crashflows import ROOT, STEADYFLOW
 from tests.test_http import HEADERS, TOKEN
 
 
-@pytest.fixture(name="server")
-def server_fixture(redis_url: str, key_prefix: str, tmp_path: Path) -> Iterator[str]:
-    """`steadyflow serve tests.test_http` on the test's Redis prefix; its base URL."""
+@contextlib.contextmanager
+def serving(
+    store: list[str], logs: Path, *args: str, env: dict[str, str] | None = None
+) -> Iterator[str]:
+    """`steadyflow serve tests.test_http ARGS` on `store` (``--store URL --prefix P``) and a
+    free loopback port, stopped (SIGTERM, exit status 0) at the end; its base URL."""
     port = free_port()
-    log = (tmp_path / "serve.log").open("w")
+    log = (logs / f"serve-{port}.log").open("w")
     proc = subprocess.Popen(
-        [STEADYFLOW, "serve", "tests.test_http", "--store", redis_url, "--prefix", key_prefix,
-         "--host", "127.0.0.1", "--port", str(port)],
+        [STEADYFLOW, "serve", "tests.test_http", *store, "--host", "127.0.0.1",
+         "--port", str(port), *args],
         cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-        env={**os.environ, "STEADYFLOW_API_TOKENS": f"{TOKEN}=ops"},
+        env={**os.environ, "STEADYFLOW_API_TOKENS": f"{TOKEN}=ops", **(env or {})},
     )  # fmt: skip
     base = f"http://127.0.0.1:{port}"
     try:
@@ -43,14 +47,21 @@ def server_fixture(redis_url: str, key_prefix: str, tmp_path: Path) -> Iterator[
                 break
             except httpx.TransportError:
                 time.sleep(0.1)
-        assert proc.poll() is None, (tmp_path / "serve.log").read_text()
+        assert proc.poll() is None, Path(log.name).read_text()
         yield base
     finally:
         if proc.poll() is None:
             os.kill(proc.pid, signal.SIGTERM)
         code = proc.wait(timeout=20)
         log.close()
-        assert code == 0, (tmp_path / "serve.log").read_text()
+        assert code == 0, Path(log.name).read_text()
+
+
+@pytest.fixture(name="server")
+def server_fixture(redis_url: str, key_prefix: str, tmp_path: Path) -> Iterator[str]:
+    """`steadyflow serve tests.test_http` on the test's Redis prefix; its base URL."""
+    with serving(["--store", redis_url, "--prefix", key_prefix], tmp_path) as base:
+        yield base
 
 
 @pytest.mark.slow
@@ -98,6 +109,8 @@ async def test_the_server_process_starts_streams_and_steers_runs(
         ([], {}, "no tokens to authenticate requests with"),
         ([], {"STEADYFLOW_API_TOKENS": "short=ops"}, "shorter than 16 characters"),
         (["--tokens-file", "/nonexistent/tokens"], {}, "tokens file '/nonexistent/tokens'"),
+        (["--insecure-local", "--host", "192.168.1.7"], {}, "refused on --host 192.168.1.7"),
+        (["--allowed-host", "http://devbox:8000"], {}, "is not a host name"),
     ],
 )
 def test_serve_refuses_to_start_an_open_or_misconfigured_server(
@@ -109,3 +122,24 @@ def test_serve_refuses_to_start_an_open_or_misconfigured_server(
 
     assert done.exit_code == 2, done.output
     assert error in done.output
+
+
+MEMORY = ["--store", "memory://"]
+
+
+@pytest.mark.slow
+def test_an_insecure_local_server_answers_to_local_host_names_only(tmp_path: Path) -> None:
+    """DNS rebinding: a page of attacker.example whose name now resolves to 127.0.0.1."""
+    with serving(MEMORY, tmp_path, "--insecure-local", "--allowed-host", "devbox") as base:
+        rebound = httpx.get(f"{base}/v1/runs", headers={"Host": "attacker.example"})
+        rebound_port = httpx.get(f"{base}/v1/runs", headers={"Host": "attacker.example:8000"})
+        local = [
+            httpx.get(f"{base}/v1/runs", headers={"Host": host}).status_code
+            for host in ("localhost:8000", "127.0.0.1", "[::1]:8000", "devbox:8000")
+        ]
+
+    for answer in (rebound, rebound_port):
+        assert answer.status_code == 403
+        assert answer.json()["code"] == "forbidden"
+        assert "attacker.example" in answer.json()["detail"]
+    assert local == [200, 200, 200, 200]

@@ -4,8 +4,9 @@ Imports the flow modules (so ``POST /v1/runs`` can check a start's arguments
 against its flow), opens the store inside the server's event loop, and
 serves until SIGTERM or SIGINT. Requests need a bearer token from
 ``$STEADYFLOW_API_TOKENS`` or ``--tokens-file``; ``--insecure-local`` (a
-developer's machine) drops that, and is refused unless ``--host`` is a
-loopback address.
+developer's machine) drops that, is refused unless ``--host`` is a loopback
+address, and answers only to ``localhost``, addresses and ``--allowed-host``
+names (DNS rebinding).
 """
 
 from __future__ import annotations
@@ -56,7 +57,17 @@ __all__ = ["serve"]
     "--insecure-local",
     is_flag=True,
     default=False,
-    help="Answer without authentication (actor 'local'); loopback --host only.",
+    help="Answer without authentication (actor 'local'); loopback --host only, and only for "
+    "localhost, addresses and --allowed-host names.",
+)
+@click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    metavar="NAME",
+    multiple=True,
+    help="A host name the server answers to besides localhost and addresses "
+    "('.example.com': the names under it too); repeatable. Any other Host is refused (403). "
+    "[default: any with tokens; none with --insecure-local]",
 )
 @click.option("--log-level", metavar="LEVEL", type=click.Choice(LOG_LEVELS, case_sensitive=False),
               envvar="STEADYFLOW_LOG_LEVEL", show_envvar=True, default="INFO",
@@ -68,6 +79,7 @@ def serve(
     port: int,
     tokens_file: str | None,
     insecure_local: bool,
+    allowed_hosts: tuple[str, ...],
     log_level: str,
 ) -> None:
     """Serve the HTTP runtime API (docs/http.md) for the flows the MODULEs define.
@@ -77,6 +89,7 @@ def serve(
     try:
         from sdk.http import BearerTokens
         from sdk.http._auth import is_loopback
+        from sdk.http._guard import HostNames
     except ImportError as exc:
         raise click.ClickException(
             f"serve needs the http extra: pip install 'steadyflow[http]' ({exc})"
@@ -87,6 +100,7 @@ def serve(
             "(use 127.0.0.1 or ::1, or give tokens instead)"
         )
     try:
+        HostNames(allowed_hosts)  # a bad name is a usage error, before anything starts
         tokens = BearerTokens.from_file(tokens_file) if tokens_file else BearerTokens.from_env()
     except InvalidArgument as exc:
         raise click.UsageError(str(exc)) from None
@@ -99,13 +113,14 @@ def serve(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     import_flow_modules(modules)
-    asyncio.run(_serve(store, tokens, insecure_local, host, port, log_level.lower()))
+    asyncio.run(_serve(store, tokens, insecure_local, allowed_hosts, host, port, log_level.lower()))
 
 
 async def _serve(
     options: StoreOptions,
     tokens: Authenticate | None,
     insecure_local: bool,
+    allowed_hosts: tuple[str, ...],
     host: str,
     port: int,
     log_level: str,
@@ -118,7 +133,11 @@ async def _serve(
 
     store = options.open()  # in this loop: a redis-py client belongs to the loop that made it
     try:
-        app = create_app(Client(store), authenticate=tokens, insecure_local=insecure_local)
+        app = create_app(
+            Client(store), authenticate=tokens, insecure_local=insecure_local,
+            # given names are checked in any mode; with --insecure-local, the defaults are
+            allowed_hosts=allowed_hosts or None,
+        )  # fmt: skip
         config = uvicorn.Config(
             app, host=host, port=port, log_level=log_level, lifespan="off",
             # open event streams are cut after this many seconds of a shutdown
