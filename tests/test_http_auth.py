@@ -31,7 +31,7 @@ from tests.test_http import (
 
 def bare(app: object, client: tuple[str, int] = ("127.0.0.1", 5000)) -> httpx.AsyncClient:
     transport = httpx.ASGITransport(app=app, client=client)  # type: ignore[arg-type]
-    return httpx.AsyncClient(transport=transport, base_url="http://sf")
+    return httpx.AsyncClient(transport=transport, base_url="http://localhost")
 
 
 class NoOne:
@@ -161,7 +161,9 @@ async def test_a_body_over_the_limit_is_a_413_and_writes_nothing(env: FlowTestEn
             for i in range(0, len(text), 1000):
                 yield text[i : i + 1000]
 
-        streamed = await http.post("/v1/runs", content=chunks())
+        streamed = await http.post(
+            "/v1/runs", content=chunks(), headers={"Content-Type": "application/json"}
+        )
 
     assert "limit of 4,096 bytes" in problem(declared, 413, "payload_too_large")["detail"]
     assert "at least" in problem(streamed, 413, "payload_too_large")["detail"]

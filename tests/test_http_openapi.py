@@ -187,14 +187,15 @@ async def test_every_answer_fits_its_documented_schema(doc: dict[str, Any]) -> N
             await call(http, "GET", path)
         # problems
         await call(http, "GET", "/v1/runs/ghost")
-        await call(http, "POST", "/v1/runs", content=b"{", headers={"Content-Type": "x"})
+        for media in ("application/json", "text/plain"):  # bad JSON (400), not JSON (415)
+            await call(http, "POST", "/v1/runs", content=b"{", headers={"Content-Type": media})
         await call(http, "POST", "/v1/runs", json={"flow": "nope"})
         await call(http, "POST", "/v1/runs/doc-3/deny/ok")
         await call(http, "POST", "/v1/runs/doc-2/cancel", json={"reason": "again"})
         await call(http, "GET", "/v1/runs", headers={"Authorization": "Bearer wrong-token-0000"})
         await call(http, "POST", "/v1/schedules/none/trigger")
 
-    assert len(checked) == 29
+    assert len(checked) == 30
     assert {c.rsplit(" ", 1)[1] for c in checked} == {
         "200",
         "201",
@@ -203,4 +204,5 @@ async def test_every_answer_fits_its_documented_schema(doc: dict[str, Any]) -> N
         "401",
         "404",
         "409",
+        "415",
     }

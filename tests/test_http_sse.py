@@ -161,7 +161,7 @@ async def test_last_event_id_resumes_after_that_event(env: FlowTestEnv) -> None:
         )
 
     assert answer.headers["content-type"].startswith("text/event-stream")
-    assert answer.headers["cache-control"] == "no-cache"
+    assert answer.headers["cache-control"] == "no-store"
     got = frames(answer.text)
     assert [f.get("id") for f in got[:-1]] == [e.event_id for e in events[2:]]
     assert got[-1] == {"event": "end", "data": "{}"}

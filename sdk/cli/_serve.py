@@ -4,8 +4,10 @@ Imports the flow modules (so ``POST /v1/runs`` can check a start's arguments
 against its flow), opens the store inside the server's event loop, and
 serves until SIGTERM or SIGINT. Requests need a bearer token from
 ``$STEADYFLOW_API_TOKENS`` or ``--tokens-file``; ``--insecure-local`` (a
-developer's machine) drops that, and is refused unless ``--host`` is a
-loopback address.
+developer's machine) drops that, is refused unless ``--host`` is a loopback
+address, and answers only to ``localhost``, addresses and ``--allowed-host``
+names (DNS rebinding). How uvicorn is set up (proxy headers, the deadlines of
+slow clients) is in `sdk.cli._uvicorn`.
 
 Who may do what: ``--authorizer module:object`` (an `Authorizer`, or a class or
 function that makes one), or else the roles the tokens carry
@@ -16,12 +18,10 @@ only read). ``--insecure-local`` without ``--authorizer`` allows everything.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import signal
-from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+import attrs
 import click
 
 from sdk.cli._client import load_authorizer
@@ -30,12 +30,17 @@ from sdk.cli._worker import LOG_LEVELS, import_flow_modules
 from sdk.errors import InvalidArgument
 
 if TYPE_CHECKING:
-    import uvicorn
-
     from sdk.client._clientcore import Authorizer
     from sdk.http import Authenticate
 
 __all__ = ["serve"]
+
+#: Addresses trusted to send X-Forwarded-* with --proxy-headers, unless told others.
+DEFAULT_FORWARDED_ALLOW_IPS = "127.0.0.1,::1"
+#: Seconds a client has to send a request's head (docs/http.md#limits).
+DEFAULT_HEADER_TIMEOUT = 10.0
+#: Seconds a client has to send a whole request, head and body.
+DEFAULT_READ_TIMEOUT = 30.0
 
 
 @click.command("serve", context_settings=CONTEXT_SETTINGS, epilog=EXIT_CODES)
@@ -73,7 +78,47 @@ __all__ = ["serve"]
     "--insecure-local",
     is_flag=True,
     default=False,
-    help="Answer without authentication (actor 'local'); loopback --host only.",
+    help="Answer without authentication (actor 'local'); loopback --host only, and only for "
+    "localhost, addresses and --allowed-host names.",
+)
+@click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    metavar="NAME",
+    multiple=True,
+    help="A host name the server answers to besides localhost and addresses "
+    "('.example.com': the names under it too); repeatable. Any other Host is refused (403). "
+    "[default: any with tokens; none with --insecure-local]",
+)
+@click.option(
+    "--proxy-headers",
+    is_flag=True,
+    default=False,
+    help="Behind a proxy: take the scheme and client address from X-Forwarded-Proto and "
+    "X-Forwarded-For, sent by --forwarded-allow-ips.",
+)
+@click.option(
+    "--forwarded-allow-ips",
+    metavar="IPS",
+    default=None,
+    help="Comma-separated addresses of the proxies trusted with --proxy-headers, or '*'. "
+    f"[default: {DEFAULT_FORWARDED_ALLOW_IPS}]",
+)
+@click.option(
+    "--header-timeout",
+    metavar="S",
+    type=click.FloatRange(0, min_open=True),
+    default=DEFAULT_HEADER_TIMEOUT,
+    show_default=True,
+    help="Seconds a client has to send a request's head; then its connection is closed.",
+)
+@click.option(
+    "--read-timeout",
+    metavar="S",
+    type=click.FloatRange(0, min_open=True),
+    default=DEFAULT_READ_TIMEOUT,
+    show_default=True,
+    help="Seconds a client has to send a whole request, head and body.",
 )
 @click.option("--log-level", metavar="LEVEL", type=click.Choice(LOG_LEVELS, case_sensitive=False),
               envvar="STEADYFLOW_LOG_LEVEL", show_envvar=True, default="INFO",
@@ -86,6 +131,11 @@ def serve(
     tokens_file: str | None,
     authorizer_spec: str | None,
     insecure_local: bool,
+    allowed_hosts: tuple[str, ...],
+    proxy_headers: bool,
+    forwarded_allow_ips: str | None,
+    header_timeout: float,
+    read_timeout: float,
     log_level: str,
 ) -> None:
     """Serve the HTTP runtime API (docs/http.md) for the flows the MODULEs define.
@@ -96,6 +146,7 @@ def serve(
     try:
         from sdk.http import BearerTokens
         from sdk.http._auth import is_loopback
+        from sdk.http._guard import HostNames
     except ImportError as exc:
         raise click.ClickException(
             f"serve needs the http extra: pip install 'steadyflow[http]' ({exc})"
@@ -105,7 +156,18 @@ def serve(
             f"--insecure-local answers without authentication: it is refused on --host {host} "
             "(use 127.0.0.1 or ::1, or give tokens instead)"
         )
+    if forwarded_allow_ips is not None and not proxy_headers:
+        raise click.UsageError(
+            "--forwarded-allow-ips names the proxies trusted with --proxy-headers: "
+            "add --proxy-headers"
+        )
+    if read_timeout < header_timeout:
+        raise click.UsageError(
+            f"--read-timeout ({read_timeout:g} s) bounds the whole request, head included: "
+            f"it cannot be shorter than --header-timeout ({header_timeout:g} s)"
+        )
     try:
+        HostNames(allowed_hosts)  # a bad name is a usage error, before anything starts
         tokens = BearerTokens.from_file(tokens_file) if tokens_file else BearerTokens.from_env()
     except InvalidArgument as exc:
         raise click.UsageError(str(exc)) from None
@@ -137,7 +199,25 @@ def serve(
                 "docs/security.md)", ", ".join(readers), readers[0],
             )  # fmt: skip
     import_flow_modules(modules)
-    asyncio.run(_serve(store, tokens, authorizer, insecure_local, host, port, log_level.lower()))
+    listen = Listen(
+        host, port, proxy_headers, forwarded_allow_ips or DEFAULT_FORWARDED_ALLOW_IPS,
+        header_timeout, read_timeout,
+    )  # fmt: skip
+    asyncio.run(
+        _serve(store, tokens, authorizer, insecure_local, allowed_hosts, listen, log_level.lower())
+    )
+
+
+@attrs.frozen
+class Listen:
+    """How the server listens: the address, the proxy in front, the deadlines of slow clients."""
+
+    host: str
+    port: int
+    proxy_headers: bool
+    forwarded_allow_ips: str
+    header_timeout: float
+    read_timeout: float
 
 
 async def _serve(
@@ -145,53 +225,26 @@ async def _serve(
     tokens: Authenticate | None,
     authorizer: Authorizer | None,
     insecure_local: bool,
-    host: str,
-    port: int,
+    allowed_hosts: tuple[str, ...],
+    listen: Listen,
     log_level: str,
 ) -> None:
     """Run uvicorn until SIGTERM or SIGINT, then close the store."""
-    import uvicorn
-
+    from sdk.cli._uvicorn import server
     from sdk.client._client import Client
     from sdk.http import create_app
 
     store = options.open()  # in this loop: a redis-py client belongs to the loop that made it
     try:
-        client = Client(store, authorizer)
-        app = create_app(client, authenticate=tokens, insecure_local=insecure_local)
-        config = uvicorn.Config(
-            app, host=host, port=port, log_level=log_level, lifespan="off",
-            # open event streams are cut after this many seconds of a shutdown
-            timeout_graceful_shutdown=5,
+        app = create_app(
+            Client(store, authorizer), authenticate=tokens, insecure_local=insecure_local,
+            # given names are checked in any mode; with --insecure-local, the defaults are
+            allowed_hosts=allowed_hosts or None,
         )  # fmt: skip
-        await _server_class()(config).serve()
+        await server(
+            app, host=listen.host, port=listen.port, log_level=log_level,
+            proxy_headers=listen.proxy_headers, forwarded_allow_ips=listen.forwarded_allow_ips,
+            header_timeout=listen.header_timeout, read_timeout=listen.read_timeout,
+        ).serve()  # fmt: skip
     finally:
         await store.close()
-
-
-def _server_class() -> type[uvicorn.Server]:
-    import uvicorn
-
-    class Server(uvicorn.Server):
-        """uvicorn's server, stopped by SIGTERM or SIGINT with exit status 0 (as the
-        worker is): uvicorn's own handlers raise the signal again once it has shut
-        down, so the process would end killed by it."""
-
-        @contextlib.contextmanager
-        def capture_signals(self) -> Iterator[None]:
-            loop = asyncio.get_running_loop()
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, self._stop, sig)
-            try:
-                yield
-            finally:
-                for sig in (signal.SIGTERM, signal.SIGINT):
-                    loop.remove_signal_handler(sig)
-
-        def _stop(self, sig: signal.Signals) -> None:
-            logging.getLogger("steadyflow.http").info("%s received: stopping", sig.name)
-            if self.should_exit and sig is signal.SIGINT:
-                self.force_exit = True  # a second Ctrl-C: do not wait for open streams
-            self.should_exit = True
-
-    return Server

@@ -12,8 +12,8 @@ a copy of the request that carries it as a bearer header, so a custom hook
 Every form post also carries a CSRF token: an HMAC of the actor under a key
 made when the app starts, checked in constant time. It is required whatever
 the credential: a proxy that adds the bearer header would otherwise make a
-cross-site form post authenticated. A post whose ``Origin`` names another
-host is refused as well.
+cross-site form post authenticated. A post from another site (its
+``Sec-Fetch-Site`` or ``Origin``, ``Origin: null`` included) is refused as well.
 """
 
 from __future__ import annotations
@@ -21,15 +21,16 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
-from urllib.parse import parse_qsl, quote, urlsplit
+from urllib.parse import parse_qsl, quote
 
 from starlette.requests import Request
 
+from sdk.http._guard import cross_site
 from sdk.http._problems import ApiError
 from sdk.http._routing import Settings, authenticate, read_body
 
 __all__ = ["COOKIE", "Session", "actor_of", "bearer_of", "csrf_ok", "form_of", "safe_next",
-           "signin_url", "ui_of"]  # fmt: skip
+           "signed_in", "signin_url", "ui_of"]  # fmt: skip
 
 #: The cookie that keeps a signed-in browser's token.
 COOKIE = "steadyflow_token"
@@ -63,24 +64,28 @@ def bearer_of(request: Request) -> str | None:
     return token or None
 
 
-async def actor_of(request: Request, settings: Settings) -> str | None:
-    """The signed-in actor, or None (then the console asks to sign in).
+async def signed_in(request: Request, settings: Settings) -> str:
+    """The signed-in actor; `ApiError` (401, or 403 off loopback) when there is none.
 
     A request with an ``Authorization`` header is judged by it alone; else
     the cookie's token is; else `insecure_local` may name the actor.
     """
     token = None if "authorization" in request.headers else bearer_of(request)
     judged = request if token is None else _with_bearer(request, token)
+    return await authenticate(judged, settings)
+
+
+async def actor_of(request: Request, settings: Settings) -> str | None:
+    """The signed-in actor, or None (then the console asks to sign in)."""
     try:
-        return await authenticate(judged, settings)
+        return await signed_in(request, settings)
     except ApiError:
         return None
 
 
 def csrf_ok(request: Request, session: Session, actor: str, given: str) -> bool:
     """Whether a form post is the console's own: right CSRF token, same origin."""
-    origin = request.headers.get("origin")
-    if origin and origin != "null" and urlsplit(origin).netloc != request.headers.get("host"):
+    if cross_site(request.headers) is not None:
         return False
     return session.check(actor, given)
 

@@ -68,7 +68,7 @@ def _stream(source: AsyncIterator[Any], keepalive: float) -> StreamingResponse:
     return StreamingResponse(
         messages(),
         media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )
 
 

@@ -18,6 +18,7 @@ from sdk.console._auth import COOKIE, actor_of, csrf_ok, form_of, safe_next, ui_
 from sdk.console._render import page
 from sdk.console._state import Console
 from sdk.errors import InvalidArgument, SteadyflowError
+from sdk.http._guard import cross_site
 
 __all__ = ["queues", "runs", "schedules", "signin", "signin_form", "signout", "status_counts",
            "workers"]  # fmt: skip
@@ -191,12 +192,13 @@ async def signin(request: Request, console: Console) -> Response:
     """``POST /ui/signin``: check the token as the API would, then keep it in a cookie."""
     form = await form_of(request, console.settings)
     token, target = str(form.get("token", "")).strip(), safe_next(request, str(form.get("next")))
-    origin = request.headers.get("origin")
-    same = origin in (None, "null") or origin.split("://", 1)[-1] == request.headers.get("host")
+    if cross_site(request.headers) is not None:  # no signing in from another site's form
+        return page(request, "signin.html", status=403, next=target,
+                    error="Sign in from this server's own sign-in page.")  # fmt: skip
     probe = Request({**request.scope, "headers": [
         (b"authorization", f"Bearer {token}".encode("latin-1", "replace"))
     ]})  # fmt: skip
-    actor = await actor_of(probe, console.settings) if token and same else None
+    actor = await actor_of(probe, console.settings) if token else None
     if actor is None:
         return page(request, "signin.html", status=401, next=target,
                     error="That token is not known to this server.")  # fmt: skip

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Iterable
+
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute
@@ -13,7 +16,8 @@ from sdk._core._checks import check_seconds
 from sdk.client._client import Client
 from sdk.errors import InvalidArgument
 from sdk.http._auth import TOKENS_VARIABLE, Authenticate, BearerTokens
-from sdk.http._problems import ApiError, ErrorCode, problem_response
+from sdk.http._guard import Guard, HostNames
+from sdk.http._problems import ApiError, ErrorCode, problem_of, problem_response
 from sdk.http._routes import routes
 from sdk.http._routing import Settings, endpoint
 
@@ -23,8 +27,23 @@ __all__ = ["DEFAULT_MAX_BODY", "create_app"]
 DEFAULT_MAX_BODY = 1_048_576
 
 
-async def _not_routed(request: Request, exc: Exception) -> Response:
-    """404 and 405 of paths and methods no route serves, as problems."""
+def _not_routed(settings: Settings) -> Callable[[Request, Exception], Awaitable[Response]]:
+    """The handler of paths and methods no route serves: 401 (or 403) to a caller who is
+    not signed in, so only they learn what exists; else 404 or 405, as problems."""
+
+    async def handler(request: Request, exc: Exception) -> Response:
+        from sdk.console._auth import signed_in  # an API credential, or the console's cookie
+
+        try:
+            await signed_in(request, settings)
+        except Exception as refused:
+            return problem_response(problem_of(refused))
+        return _unknown(request, exc)
+
+    return handler
+
+
+def _unknown(request: Request, exc: Exception) -> Response:
     status = exc.status_code if isinstance(exc, HTTPException) else 500
     if status == 405:
         code, what = ErrorCode.METHOD_NOT_ALLOWED, f"{request.method} is not allowed on"
@@ -40,6 +59,7 @@ def create_app(
     *,
     authenticate: Authenticate | None = None,
     insecure_local: bool = False,
+    allowed_hosts: Iterable[str] | None = None,
     max_body: int = DEFAULT_MAX_BODY,
     sse_keepalive: float = 15.0,
     sse_idle: float = 5.0,
@@ -58,6 +78,11 @@ def create_app(
         insecure_local: answer requests without credentials as actor
             ``"local"``, from loopback addresses only (`steadyflow serve
             --insecure-local`). For a developer's machine, never a server.
+        allowed_hosts: host names the app answers to, besides addresses and
+            ``localhost`` (`HostNames`; ``.example.com`` allows the names under
+            it); a request for another ``Host`` is answered 403. None: any host,
+            or with `insecure_local` only those (DNS rebinding would otherwise
+            give any web page the server's access).
         max_body: largest request body, in bytes (a longer one is answered 413).
         sse_keepalive: seconds between keep-alive comments of a quiet event stream.
         sse_idle: seconds an event stream blocks on the live feed before it checks
@@ -95,6 +120,11 @@ def create_app(
         raise InvalidArgument(f"create_app(): max_body must be a positive int, got {max_body!r}")
     check_seconds(sse_keepalive, "create_app(): sse_keepalive", positive=True)
     check_seconds(sse_idle, "create_app(): sse_idle", positive=True)
+    if isinstance(allowed_hosts, str):
+        raise InvalidArgument(
+            f"create_app(): allowed_hosts must be a list of names, got the string {allowed_hosts!r}"
+        )
+    hosts = HostNames(allowed_hosts or ()) if allowed_hosts is not None or insecure_local else None
     settings = Settings(client, authenticate, insecure_local, max_body, sse_keepalive, sse_idle)
     # A run id may hold "/" (sent as is or as %2F: the server decodes it), so
     # it matches as a Starlette "path"; the routes that end at the run id come
@@ -112,6 +142,10 @@ def create_app(
     from sdk.console import console_routes  # the web console under /ui/ (docs/console.md)
 
     table.extend(console_routes(settings))
-    app = Starlette(routes=table, exception_handlers={HTTPException: _not_routed})
+    app = Starlette(
+        routes=table,
+        middleware=[Middleware(Guard, hosts=hosts)],  # sdk.http._guard says what it checks
+        exception_handlers={HTTPException: _not_routed(settings)},
+    )
     app.state.steadyflow = settings  # for routes mounted later (the console)
     return app

@@ -44,13 +44,19 @@ _PROBLEM = {
 
 def common_errors(route: Route) -> tuple[ErrorCode, ...]:
     """The error codes every route of its kind can answer with."""
-    codes = [ErrorCode.INTERNAL_ERROR]
+    # forbidden: a host name the server does not answer to, a change from another site,
+    # the authorizer's refusal
+    codes = [ErrorCode.INTERNAL_ERROR, ErrorCode.FORBIDDEN]
     if not route.public:
-        codes += [ErrorCode.UNAUTHENTICATED, ErrorCode.FORBIDDEN, ErrorCode.STORE_UNAVAILABLE]
+        codes += [ErrorCode.UNAUTHENTICATED, ErrorCode.STORE_UNAVAILABLE]
     if route.params or route.body is not None:
         codes.append(ErrorCode.INVALID_ARGUMENT)
     if route.body is not None:
-        codes += [ErrorCode.INVALID_JSON, ErrorCode.PAYLOAD_TOO_LARGE]
+        codes += [
+            ErrorCode.INVALID_JSON,
+            ErrorCode.PAYLOAD_TOO_LARGE,
+            ErrorCode.UNSUPPORTED_MEDIA_TYPE,
+        ]
     return tuple(codes)
 
 

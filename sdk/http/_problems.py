@@ -55,6 +55,7 @@ class ErrorCode(enum.StrEnum):
     INVALID_ARGUMENT = "invalid_argument"
     SERIALIZATION_ERROR = "serialization_error"
     PAYLOAD_TOO_LARGE = "payload_too_large"
+    UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type"
     INVALID_TRANSITION = "invalid_transition"
     NOT_WAITING = "not_waiting"
     IDEMPOTENCY_CONFLICT = "idempotency_conflict"
@@ -81,6 +82,7 @@ STATUS: dict[ErrorCode, tuple[int, str]] = {
     ErrorCode.INVALID_ARGUMENT: (422, "Invalid argument"),
     ErrorCode.SERIALIZATION_ERROR: (422, "Value cannot be stored"),
     ErrorCode.PAYLOAD_TOO_LARGE: (413, "Request body too large"),
+    ErrorCode.UNSUPPORTED_MEDIA_TYPE: (415, "Request body is not JSON"),
     ErrorCode.INVALID_TRANSITION: (409, "Invalid lifecycle transition"),
     ErrorCode.NOT_WAITING: (409, "Run is not waiting for that"),
     ErrorCode.IDEMPOTENCY_CONFLICT: (409, "Idempotency conflict"),

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import attrs
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from sdk._core._checks import check_id
@@ -152,11 +152,18 @@ async def read_body(request: Request, limit: int) -> bytes:
     if declared.isdigit() and int(declared) > limit:
         raise _too_large(int(declared), limit)
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise _too_large(size, limit, at_least=True)
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise _too_large(size, limit, at_least=True)
+            chunks.append(chunk)
+    except ClientDisconnect:  # no one to answer; not a bug of the server to log as one
+        raise ApiError(
+            ErrorCode.INVALID_JSON,
+            f"the request body was cut off after {size:,} bytes: the client went away (or "
+            "took longer than the server's read timeout)",
+        ) from None
     return b"".join(chunks)
 
 

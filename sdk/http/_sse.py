@@ -76,5 +76,5 @@ async def event_stream(call: Call, run_id: str, cursor: str | None) -> Streaming
         messages(),
         media_type=EVENT_STREAM,
         # no caching, and no buffering by proxies such as nginx
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )
