@@ -233,8 +233,9 @@ async def test_a_body_nested_past_the_bound_is_400_whatever_the_stack(
         )
 
     async with api(Client(memory_store)) as http:
-        deep = await http.post("/v1/runs", content=body(MAX_JSON_DEPTH + 1))
-        at_bound = await http.post("/v1/runs", content=body(MAX_JSON_DEPTH))
+        json_type = {"Content-Type": "application/json"}
+        deep = await http.post("/v1/runs", content=body(MAX_JSON_DEPTH + 1), headers=json_type)
+        at_bound = await http.post("/v1/runs", content=body(MAX_JSON_DEPTH), headers=json_type)
     assert (
         "nested too deeply (more than 100 levels)" in problem(deep, 400, "invalid_json")["detail"]
     )

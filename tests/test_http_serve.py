@@ -31,11 +31,13 @@ def serving(
     free loopback port, stopped (SIGTERM, exit status 0) at the end; its base URL."""
     port = free_port()
     log = (logs / f"serve-{port}.log").open("w")
+    # (--insecure-local allows everything: it refuses tokens that carry roles)
+    tokens = "" if "--insecure-local" in args else f"{TOKEN}=ops:operator"
     proc = subprocess.Popen(
         [STEADYFLOW, "serve", "tests.test_http", *store, "--host", "127.0.0.1",
          "--port", str(port), *args],
         cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-        env={**os.environ, "STEADYFLOW_API_TOKENS": f"{TOKEN}=ops:operator", **(env or {})},
+        env={**os.environ, "STEADYFLOW_API_TOKENS": tokens, **(env or {})},
     )  # fmt: skip
     base = f"http://127.0.0.1:{port}"
     try:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sdk._core._checks import check_count, check_id
+from sdk._core._checks import check_count, check_id, show
 from sdk._core._serde import loads
 from sdk._core._types import AuditEntry
 from sdk.client._runs import utc
@@ -33,13 +33,13 @@ class AuditTrail:
             check_id(cursor, "audit_log(): cursor")
         check_count(limit, "audit_log(): limit")
         if not isinstance(refusals, bool):
-            raise InvalidArgument(f"audit_log(): refusals must be a bool, got {refusals!r:.80}")
+            raise InvalidArgument(f"audit_log(): refusals must be a bool, got {show(refusals)}")
         log = AuditLog.REFUSALS if refusals else AuditLog.CHANGES
         try:
             found = await self._core.store.audit_log(log, cursor, limit)
         except ValueError as exc:  # the store's word for a cursor that is not one of its ids
             # (a damaged entry is CorruptData: a CorruptRecord, not a ValueError)
-            raise InvalidArgument(f"audit_log(): cursor {cursor!r:.80} is not an entry id "
+            raise InvalidArgument(f"audit_log(): cursor {show(cursor)} is not an entry id "
                                   f"({exc})") from None  # fmt: skip
         return [_entry(e) for e in found]
 
