@@ -161,7 +161,7 @@ async def test_pages_send_a_stranger_to_the_sign_in_form(client: Client) -> None
         assert "set-cookie" not in wrong.headers
 
 
-async def test_sign_in_keeps_the_api_token_in_a_strict_http_only_cookie(client: Client) -> None:
+async def test_sign_in_opens_a_session_in_a_strict_http_only_cookie(client: Client) -> None:
     async with console(client, token=None) as http:
         answer = await http.post(
             "/ui/signin", data={"token": ALICE, "next": "https://evil.example/ui/"}
@@ -169,7 +169,7 @@ async def test_sign_in_keeps_the_api_token_in_a_strict_http_only_cookie(client: 
         assert answer.status_code == 303
         assert answer.headers["location"] == "/ui/runs"  # never another site
         cookie = answer.headers["set-cookie"]
-        assert cookie.startswith(f"steadyflow_token={ALICE};")
+        assert cookie.startswith("steadyflow_session=") and ALICE not in cookie
         assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/ui" in cookie
         home = await http.get("/ui/")
         assert home.status_code == 307 and home.headers["location"] == "/ui/runs"

@@ -236,6 +236,23 @@ def test_an_approver_approves_and_watches_the_run_finish_live(
     shot(small, "phone-dark", full=False)
     phone.close()
 
+    # the browser keeps a session id, not the token; signing out ends it for good
+    cookie = {c["name"]: c for c in page.context.cookies()}["steadyflow_session"]
+    assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+    assert ALICE not in cookie["value"]
+    other = browser.new_context(storage_state=page.context.storage_state())  # the cookie, copied
+    watching = other.new_page()
+    watching.goto(f"{deployment.base}/ui/runs")
+    watching.locator('body[data-following="yes"]').wait_for()
+    page.get_by_role("button", name="Sign out").click()
+    page.wait_for_url("**/ui/signin")
+    deployment.api("POST", "/v1/runs", json={"flow": "tests.console.echo", "args": [2],
+                                             "run_id": "order-44"})  # fmt: skip
+    watching.wait_for_url("**/ui/signin?next=**")  # its live list ended: sent to sign in
+    watching.goto(f"{deployment.base}/ui/runs/order-42")
+    watching.wait_for_url("**/ui/signin?next=**")
+    other.close()
+
 
 #: Whether every cell of `selector` shows its text on one line (a name broken
 #: mid-word, or a pid wrapped, takes two).

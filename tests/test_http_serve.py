@@ -116,6 +116,7 @@ async def test_the_server_process_starts_streams_and_steers_runs(
         (["--forwarded-allow-ips", "10.0.0.1"], {}, "add --proxy-headers"),
         (["--header-timeout", "20", "--read-timeout", "5"], {}, "cannot be shorter"),
         (["--header-timeout", "0"], {}, "Invalid value for '--header-timeout'"),
+        (["--session-idle", "0"], {}, "Invalid value for '--session-idle'"),
     ],
 )
 def test_serve_refuses_to_start_an_open_or_misconfigured_server(
@@ -225,8 +226,21 @@ def test_proxy_headers_from_a_trusted_proxy_make_the_console_cookie_secure(
 
     assert signed.status_code == 303, signed.text
     cookie = signed.headers["set-cookie"]
-    assert cookie.startswith("steadyflow_token=")
+    assert cookie.startswith("steadyflow_session=") and TOKEN not in cookie
     assert ("; secure" in cookie.lower()) is secure, cookie
+
+
+@pytest.mark.slow
+def test_serve_ends_a_console_session_after_its_idle_time(tmp_path: Path) -> None:
+    args = ("--session-idle", "1.5", "--session-lifetime", "60")
+    with serving(MEMORY, tmp_path, *args) as base, httpx.Client(base_url=base) as browser:
+        signed = browser.post("/ui/signin", data={"token": TOKEN})
+        used = browser.get("/ui/runs")
+        time.sleep(2)
+        idle = browser.get("/ui/runs")
+
+    assert signed.status_code == 303 and used.status_code == 200
+    assert idle.status_code == 303 and "/ui/signin" in idle.headers["location"]
 
 
 @pytest.mark.slow

@@ -7,7 +7,9 @@ serves until SIGTERM or SIGINT. Requests need a bearer token from
 developer's machine) drops that, is refused unless ``--host`` is a loopback
 address, and answers only to ``localhost``, addresses and ``--allowed-host``
 names (DNS rebinding). How uvicorn is set up (proxy headers, the deadlines of
-slow clients) is in `sdk.cli._uvicorn`.
+slow clients) is in `sdk.cli._uvicorn`. ``--session-idle`` and
+``--session-lifetime`` bound a console sign-in (its session lives in this
+process's memory: `sdk.http._sessions`).
 
 Who may do what: ``--authorizer module:object`` (an `Authorizer`, or a class or
 function that makes one), or else the roles the tokens carry
@@ -120,6 +122,22 @@ DEFAULT_READ_TIMEOUT = 30.0
     show_default=True,
     help="Seconds a client has to send a whole request, head and body.",
 )
+@click.option(
+    "--session-idle",
+    metavar="S",
+    type=click.FloatRange(0, min_open=True),
+    default=1800.0,
+    show_default=True,
+    help="Seconds a console sign-in lasts without use; then the browser signs in again.",
+)
+@click.option(
+    "--session-lifetime",
+    metavar="S",
+    type=click.FloatRange(0, min_open=True),
+    default=43200.0,
+    show_default=True,
+    help="Seconds a console sign-in lasts at most, however busy.",
+)
 @click.option("--log-level", metavar="LEVEL", type=click.Choice(LOG_LEVELS, case_sensitive=False),
               envvar="STEADYFLOW_LOG_LEVEL", show_envvar=True, default="INFO",
               show_default=True, help="Log level; logs go to stderr.")  # fmt: skip
@@ -136,6 +154,8 @@ def serve(
     forwarded_allow_ips: str | None,
     header_timeout: float,
     read_timeout: float,
+    session_idle: float,
+    session_lifetime: float,
     log_level: str,
 ) -> None:
     """Serve the HTTP runtime API (docs/http.md) for the flows the MODULEs define.
@@ -201,7 +221,7 @@ def serve(
     import_flow_modules(modules)
     listen = Listen(
         host, port, proxy_headers, forwarded_allow_ips or DEFAULT_FORWARDED_ALLOW_IPS,
-        header_timeout, read_timeout,
+        header_timeout, read_timeout, session_idle, session_lifetime,
     )  # fmt: skip
     asyncio.run(
         _serve(store, tokens, authorizer, insecure_local, allowed_hosts, listen, log_level.lower())
@@ -210,7 +230,8 @@ def serve(
 
 @attrs.frozen
 class Listen:
-    """How the server listens: the address, the proxy in front, the deadlines of slow clients."""
+    """How the server listens: the address, the proxy in front, the deadlines of slow
+    clients, how long a console sign-in lasts."""
 
     host: str
     port: int
@@ -218,6 +239,8 @@ class Listen:
     forwarded_allow_ips: str
     header_timeout: float
     read_timeout: float
+    session_idle: float
+    session_lifetime: float
 
 
 async def _serve(
@@ -240,6 +263,7 @@ async def _serve(
             Client(store, authorizer), authenticate=tokens, insecure_local=insecure_local,
             # given names are checked in any mode; with --insecure-local, the defaults are
             allowed_hosts=allowed_hosts or None,
+            session_idle=listen.session_idle, session_lifetime=listen.session_lifetime,
         )  # fmt: skip
         await server(
             app, host=listen.host, port=listen.port, log_level=log_level,

@@ -82,7 +82,7 @@ async def act(request: Request, console: Console, actor: str) -> Response:
     """``POST /ui/runs/{run_id}/{action}``."""
     run_id, action = request.path_params["run_id"], request.path_params["action"]
     form = await form_of(request, console.settings)
-    if not csrf_ok(request, console.session, actor, str(form.get("csrf", ""))):
+    if not csrf_ok(request, console.csrf_key, actor, str(form.get("csrf", ""))):
         return await run_page(request, console, actor, status=403, run_id=run_id,
                               error="This form is stale or not the console's own: reload "
                               "the page and try again.")  # fmt: skip

@@ -1,13 +1,18 @@
-"""Who is looking at the console: the API's authentication, from a cookie or a header.
+"""Who is looking at the console: the API's authentication, from a session or a header.
 
 The console accepts exactly the credentials of the HTTP API (one token works
 for both): an ``Authorization: Bearer TOKEN`` header (a reverse proxy or a
-script can send it), or the same token typed into the sign-in form and kept
-in a cookie. The cookie is ``HttpOnly`` (no script reads it),
-``SameSite=Strict`` (no other site's page sends it) and ``Secure`` behind
-HTTPS. A cookie's token is checked by the API's own `authenticate` hook, on
-a copy of the request that carries it as a bearer header, so a custom hook
-(`create_app(authenticate=...)`) decides for the console too.
+script can send it), or the same token typed into the sign-in form. The form
+does not keep the token in the browser: it opens a session
+(`sdk.http._sessions.Sessions`, in the server's memory) and the cookie holds
+only its random id, which expires (idle, and at most a lifetime), is
+forgotten at sign-out, and means nothing to any other server. The cookie is
+``HttpOnly`` (no script reads it), ``SameSite=Strict`` (no other site's page
+sends it) and ``Secure`` behind HTTPS. On every request the session's token
+is checked again by the API's own `authenticate` hook, on a copy of the
+request that carries it as a bearer header, so a custom hook
+(`create_app(authenticate=...)`) decides for the console too, and a token it
+no longer knows ends the session.
 
 Every form post also carries a CSRF token: an HMAC of the actor under a key
 made when the app starts, checked in constant time. It is required whatever
@@ -21,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+from collections.abc import Callable
 from urllib.parse import parse_qsl, quote
 
 from starlette.requests import Request
@@ -29,14 +35,20 @@ from sdk.http._guard import cross_site
 from sdk.http._problems import ApiError
 from sdk.http._routing import Settings, authenticate, read_body
 
-__all__ = ["COOKIE", "Session", "actor_of", "bearer_of", "csrf_ok", "form_of", "safe_next",
-           "signed_in", "signin_url", "ui_of"]  # fmt: skip
+__all__ = ["BACKGROUND", "COOKIE", "LEGACY_COOKIE", "CsrfKey", "actor_of", "csrf_ok", "form_of",
+           "safe_next", "session_of", "signed_in", "signin_url", "still_signed_in", "token_actor",
+           "ui_of"]  # fmt: skip
 
-#: The cookie that keeps a signed-in browser's token.
-COOKIE = "steadyflow_token"
+#: The cookie that keeps a signed-in browser's session id (never a token).
+COOKIE = "steadyflow_session"
+#: The cookie that held the token itself before sessions: read no more, removed at sign-in.
+LEGACY_COOKIE = "steadyflow_token"
+#: The header the console's script sends on the requests it makes by itself (live
+#: refreshes): they are not the person's use, so a session's idle time goes on.
+BACKGROUND = "x-steadyflow-background"
 
 
-class Session:
+class CsrfKey:
     """The console's per-app secret: the key of its CSRF tokens."""
 
     def __init__(self) -> None:
@@ -58,36 +70,63 @@ def _with_bearer(request: Request, token: str) -> Request:
     return Request({**request.scope, "headers": headers})
 
 
-def bearer_of(request: Request) -> str | None:
-    """The cookie's token, if the browser sent one."""
-    token = request.cookies.get(COOKIE, "").strip()
-    return token or None
+def session_of(request: Request) -> str | None:
+    """The session id of the browser's cookie, if it sent one."""
+    session_id = request.cookies.get(COOKIE, "").strip()
+    return session_id or None
 
 
-async def signed_in(request: Request, settings: Settings) -> str:
-    """The signed-in actor; `ApiError` (401, or 403 off loopback) when there is none.
-
-    A request with an ``Authorization`` header is judged by it alone; else
-    the cookie's token is; else `insecure_local` may name the actor.
-    """
-    token = None if "authorization" in request.headers else bearer_of(request)
-    judged = request if token is None else _with_bearer(request, token)
-    return await authenticate(judged, settings)
-
-
-async def actor_of(request: Request, settings: Settings) -> str | None:
-    """The signed-in actor, or None (then the console asks to sign in)."""
+async def token_actor(request: Request, settings: Settings, token: str) -> str | None:
+    """The actor `token` names, as the API's authenticator judges it, or None."""
     try:
-        return await signed_in(request, settings)
+        return await authenticate(_with_bearer(request, token), settings)
     except ApiError:
         return None
 
 
-def csrf_ok(request: Request, session: Session, actor: str, given: str) -> bool:
+async def signed_in(request: Request, settings: Settings, *, touch: bool = True) -> str:
+    """The signed-in actor; `ApiError` (401, or 403 off loopback) when there is none.
+
+    A request with an ``Authorization`` header is judged by it alone; else the
+    cookie's session is, if it is open and its token still names the actor who
+    signed in (a token the authenticator no longer knows, or maps to someone
+    else, ends the session); else `insecure_local` may name the actor. `touch`
+    counts the request as the person's use of the session.
+    """
+    session_id = None if "authorization" in request.headers else session_of(request)
+    if session_id is not None:
+        held = settings.sessions.get(session_id, touch=touch)
+        if held is not None:
+            if await token_actor(request, settings, held.token) == held.actor:
+                return held.actor
+            settings.sessions.close(session_id)
+    return await authenticate(request, settings)
+
+
+async def actor_of(request: Request, settings: Settings, *, touch: bool = True) -> str | None:
+    """The signed-in actor, or None (then the console asks to sign in)."""
+    try:
+        return await signed_in(request, settings, touch=touch)
+    except ApiError:
+        return None
+
+
+def still_signed_in(request: Request, settings: Settings) -> Callable[[], bool]:
+    """For an answer that lasts (an event stream): whether the session the request
+    came with is still open (always, for a request that came without one), so
+    the answer ends at sign-out or expiry."""
+    session_id = None if "authorization" in request.headers else session_of(request)
+    sessions = settings.sessions
+    if session_id is None or sessions.get(session_id, touch=False) is None:
+        return lambda: True
+    return lambda: sessions.get(session_id, touch=False) is not None
+
+
+def csrf_ok(request: Request, key: CsrfKey, actor: str, given: str) -> bool:
     """Whether a form post is the console's own: right CSRF token, same origin."""
     if cross_site(request.headers) is not None:
         return False
-    return session.check(actor, given)
+    return key.check(actor, given)
 
 
 def ui_of(request: Request) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from starlette.requests import Request
@@ -18,6 +18,7 @@ from starlette.responses import Response, StreamingResponse
 
 from sdk._core._checks import check_id
 from sdk.client._follow import END, follow_run, read_ahead
+from sdk.console._auth import still_signed_in
 from sdk.console._state import Console
 from sdk.errors import InvalidArgument, RunNotFound, SteadyflowError
 
@@ -25,12 +26,18 @@ __all__ = ["THROTTLE", "run_live", "runs_live"]
 
 #: Seconds between two "changed" messages of a stream, at least.
 THROTTLE = 0.5
+#: No item within a keep-alive interval.
+_QUIET = object()
 
 
-def _stream(source: AsyncIterator[Any], keepalive: float) -> StreamingResponse:
+def _stream(
+    source: AsyncIterator[Any], keepalive: float, signed_in: Callable[[], bool]
+) -> StreamingResponse:
     """Frame `source`'s items as ``changed`` messages, at most one per `THROTTLE`
     seconds (then ``end`` when it ends; an error closes the stream and the
-    browser's ``EventSource`` reconnects)."""
+    browser's ``EventSource`` reconnects). The stream closes too once
+    `signed_in` says its session ended (at the next message or keep-alive):
+    the reconnection is then refused."""
 
     async def messages() -> AsyncIterator[str]:
         # (an error, a store outage: close without "end", and the browser reconnects)
@@ -48,6 +55,10 @@ def _stream(source: AsyncIterator[Any], keepalive: float) -> StreamingResponse:
                 try:
                     item = await asyncio.wait_for(queue.get(), keepalive)
                 except TimeoutError:
+                    item = _QUIET
+                if not signed_in():  # signed out, or the session expired
+                    return
+                if item is _QUIET:
                     yield ": keep-alive\n\n"
                     continue
                 item = drained(item)
@@ -89,10 +100,12 @@ async def run_live(request: Request, console: Console, actor: str) -> Response:
     except SteadyflowError:  # a bad cursor: follow from the start (one refresh too many)
         cursor = None
     source = follow_run(console.client, run_id, cursor=cursor, idle=settings.sse_idle)
-    return _stream(source, settings.sse_keepalive)
+    return _stream(source, settings.sse_keepalive, still_signed_in(request, settings))
 
 
 async def runs_live(request: Request, console: Console, actor: str) -> Response:
     """``GET /ui/live``: a message whenever any run has a new event."""
     poll = console.settings.sse_idle
-    return _stream(console.client.follow(poll_timeout=poll), console.settings.sse_keepalive)
+    settings = console.settings
+    return _stream(console.client.follow(poll_timeout=poll), settings.sse_keepalive,
+                   still_signed_in(request, settings))  # fmt: skip

@@ -14,7 +14,16 @@ from sdk._core._clock import instant
 from sdk._core._types import RunRecord, RunStatus, WaitKind
 from sdk.client._runpages import RunFilter, cursor_after, page_runs
 from sdk.client._timeline import run_duration
-from sdk.console._auth import COOKIE, actor_of, csrf_ok, form_of, safe_next, ui_of
+from sdk.console._auth import (
+    COOKIE,
+    LEGACY_COOKIE,
+    csrf_ok,
+    form_of,
+    safe_next,
+    session_of,
+    token_actor,
+    ui_of,
+)
 from sdk.console._render import page
 from sdk.console._state import Console
 from sdk.errors import InvalidArgument, SteadyflowError
@@ -84,7 +93,7 @@ async def runs(request: Request, console: Console, actor: str) -> Response:
         error = str(exc)
     return page(
         request, "runs.html", status=200 if error is None else 422, actor=actor,
-        csrf=console.session.csrf(actor), runs=found, next_cursor=next_cursor, filters=given,
+        csrf=console.csrf_key.csrf(actor), runs=found, next_cursor=next_cursor, filters=given,
         statuses=[s.value for s in RunStatus], kinds=[k.value for k in WaitKind], error=error,
         note=note, limit=limit, first_page=not q.get("cursor"), now=datetime.now(UTC),
         tenants=any(r.tenant_id for r in found), run_duration=run_duration,
@@ -147,7 +156,7 @@ async def queues(request: Request, console: Console, actor: str) -> Response:
         found = await console.client.queues()
     except SteadyflowError as exc:
         error = str(exc)
-    return page(request, "queues.html", actor=actor, csrf=console.session.csrf(actor),
+    return page(request, "queues.html", actor=actor, csrf=console.csrf_key.csrf(actor),
                 queues=found, error=error)  # fmt: skip
 
 
@@ -167,7 +176,7 @@ async def schedules(request: Request, console: Console, actor: str) -> Response:
         }
     except SteadyflowError as exc:
         error = str(exc)
-    return page(request, "schedules.html", actor=actor, csrf=console.session.csrf(actor),
+    return page(request, "schedules.html", actor=actor, csrf=console.csrf_key.csrf(actor),
                 schedules=found, last=last, error=error)  # fmt: skip
 
 
@@ -178,43 +187,52 @@ async def workers(request: Request, console: Console, actor: str) -> Response:
         found = await console.client.workers()
     except SteadyflowError as exc:
         error = str(exc)
-    return page(request, "workers.html", actor=actor, csrf=console.session.csrf(actor),
+    return page(request, "workers.html", actor=actor, csrf=console.csrf_key.csrf(actor),
                 workers=found, error=error, now=datetime.now(UTC))  # fmt: skip
 
 
 async def signin_form(request: Request, console: Console) -> Response:
     """``GET /ui/signin``: the token form."""
     return page(request, "signin.html", next=safe_next(request, request.query_params.get("next")),
-                error=None)  # fmt: skip
+                error=None, sessions=console.settings.sessions)  # fmt: skip
 
 
 async def signin(request: Request, console: Console) -> Response:
-    """``POST /ui/signin``: check the token as the API would, then keep it in a cookie."""
+    """``POST /ui/signin``: check the token as the API would, then open a session for its
+    actor; the cookie holds the session's id, never the token."""
     form = await form_of(request, console.settings)
     token, target = str(form.get("token", "")).strip(), safe_next(request, str(form.get("next")))
+    sessions = console.settings.sessions
     if cross_site(request.headers) is not None:  # no signing in from another site's form
-        return page(request, "signin.html", status=403, next=target,
+        return page(request, "signin.html", status=403, next=target, sessions=sessions,
                     error="Sign in from this server's own sign-in page.")  # fmt: skip
-    probe = Request({**request.scope, "headers": [
-        (b"authorization", f"Bearer {token}".encode("latin-1", "replace"))
-    ]})  # fmt: skip
-    actor = await actor_of(probe, console.settings) if token else None
+    actor = await token_actor(request, console.settings, token) if token else None
     if actor is None:
-        return page(request, "signin.html", status=401, next=target,
+        return page(request, "signin.html", status=401, next=target, sessions=sessions,
                     error="That token is not known to this server.")  # fmt: skip
+    brought = session_of(request)
+    if brought is not None:  # a sign-in opens a new session, never goes on with one it was given
+        sessions.close(brought)
+    ui = ui_of(request)
     answer = RedirectResponse(target, status_code=303)
     answer.set_cookie(
-        COOKIE, token, httponly=True, samesite="strict", secure=request.url.scheme == "https",
-        path=ui_of(request),
+        COOKIE, sessions.open(actor, token), httponly=True, samesite="strict",
+        secure=request.url.scheme == "https", path=ui,
     )  # fmt: skip
+    if LEGACY_COOKIE in request.cookies:  # the token itself, kept by an older version
+        answer.delete_cookie(LEGACY_COOKIE, path=ui)
     return answer
 
 
 async def signout(request: Request, console: Console, actor: str) -> Response:
-    """``POST /ui/signout``: forget the cookie."""
+    """``POST /ui/signout``: end the session (its cookie no longer works, even replayed)
+    and forget the cookie."""
     form = await form_of(request, console.settings)
-    if not csrf_ok(request, console.session, actor, str(form.get("csrf", ""))):
+    if not csrf_ok(request, console.csrf_key, actor, str(form.get("csrf", ""))):
         return Response("the form is stale: reload the page", status_code=403)
+    session_id = session_of(request)
+    if session_id is not None:
+        console.settings.sessions.close(session_id)
     ui = ui_of(request)
     answer = RedirectResponse(f"{ui}/signin", status_code=303)
     answer.delete_cookie(COOKIE, path=ui)

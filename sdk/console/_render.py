@@ -67,6 +67,15 @@ def duration(secs: float | None) -> str:
     return f"{int(secs // 3600)} h {int(secs % 3600 // 60)} min"
 
 
+def span(secs: float) -> str:
+    """A setting's length of time: ``30 minutes``, ``12 hours``, else as `duration`."""
+    for unit, size in (("hour", 3600), ("minute", 60)):
+        if secs >= size and secs % size == 0:
+            count = int(secs // size)
+            return f"{count} {unit}{'s' if count != 1 else ''}"
+    return duration(secs)
+
+
 #: Where a long name may wrap: after these characters (a flow, queue or run id never
 #: breaks mid-word: ``shop.order_fulfillment`` wraps after its dot, if at all).
 _BREAKS = re.compile(r"([.:@~#/_-]+)")
@@ -103,7 +112,7 @@ def ago(value: datetime | None, now: datetime) -> str:
 
 
 _ENV.filters.update(
-    pretty=pretty, when=when, duration=duration, breakable=breakable, short=short,
+    pretty=pretty, when=when, duration=duration, span=span, breakable=breakable, short=short,
     waiting=waiting_summary, wait_groups=lambda e: groups(tuple(e or ())), step_label=key_label,
 )  # fmt: skip
 

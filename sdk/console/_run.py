@@ -157,15 +157,15 @@ async def run_page(
         view = await run_view(console, run_id, everything=everything)
     except RunNotFound:
         return page(request, "notfound.html", status=404, actor=actor,
-                    csrf=console.session.csrf(actor), run_id=run_id)  # fmt: skip
+                    csrf=console.csrf_key.csrf(actor), run_id=run_id)  # fmt: skip
     except InvalidArgument as exc:  # not a run id (a NUL, 400 characters)
         return page(request, "table.html", status=422, actor=actor, title="Not a run id",
-                    csrf=console.session.csrf(actor), rows=[], error=str(exc))  # fmt: skip
+                    csrf=console.csrf_key.csrf(actor), rows=[], error=str(exc))  # fmt: skip
     except SteadyflowError as exc:
         return page(request, "table.html", status=500, actor=actor, title=f"Run {run_id}",
-                    csrf=console.session.csrf(actor), rows=[], error=str(exc))  # fmt: skip
+                    csrf=console.csrf_key.csrf(actor), rows=[], error=str(exc))  # fmt: skip
     may = {a: _may(console, actor, a, view) for a in ("approve", "deny", "signal", "cancel")}
     return page(
-        request, "run.html", status=status, actor=actor, csrf=console.session.csrf(actor),
+        request, "run.html", status=status, actor=actor, csrf=console.csrf_key.csrf(actor),
         error=error, notice=NOTICES.get(request.query_params.get("done", "")), may=may, **view,
     )  # fmt: skip

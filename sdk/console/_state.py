@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from sdk.client._client import Client
-from sdk.console._auth import Session, actor_of, signin_url
+from sdk.console._auth import BACKGROUND, CsrfKey, actor_of, signin_url
 from sdk.http._problems import STATUS, ApiError
 from sdk.http._routing import Settings
 
@@ -26,13 +26,13 @@ class Console:
     """What the console's handlers share: the API's settings, the CSRF key, a small cache.
 
     Attributes:
-        settings: the API's (`create_app`) settings: client and authentication.
-        session: the CSRF key.
+        settings: the API's (`create_app`) settings: client, authentication, sessions.
+        csrf_key: the key of the forms' CSRF tokens.
         counts_ttl: seconds the status counts of the runs list are reused.
     """
 
     settings: Settings
-    session: Session = attrs.field(factory=Session)
+    csrf_key: CsrfKey = attrs.field(factory=CsrfKey)
     counts_ttl: float = 5.0
     _cache: dict[Any, tuple[float, Any]] = attrs.field(factory=dict)
 
@@ -54,14 +54,16 @@ class Console:
 
 
 def guarded(console: Console, handler: Page) -> Callable[[Request], Awaitable[Response]]:
-    """`handler` for signed-in callers; anyone else is sent to the sign-in page."""
+    """`handler` for signed-in callers; anyone else is sent to the sign-in page (an
+    event stream or a post is answered 401)."""
 
     async def answer(request: Request) -> Response:
-        actor = await actor_of(request, console.settings)
+        stream = "text/event-stream" in request.headers.get("accept", "")
+        # what the page's script asks by itself (refreshes, streams) is not the person's use
+        touch = not stream and BACKGROUND not in request.headers
+        actor = await actor_of(request, console.settings, touch=touch)
         if actor is None:
-            if request.method == "GET" and "text/event-stream" not in request.headers.get(
-                "accept", ""
-            ):
+            if request.method == "GET" and not stream:
                 return RedirectResponse(signin_url(request), status_code=303)
             return Response("sign in first (/ui/signin)", status_code=401)
         try:

@@ -15,9 +15,12 @@ Needs the ``steadyflow[http]`` extra; ``import sdk`` does not import it.
 from sdk.http._app import DEFAULT_MAX_BODY, create_app
 from sdk.http._auth import TOKENS_VARIABLE, Authenticate, BearerTokens
 from sdk.http._problems import ErrorCode
+from sdk.http._sessions import DEFAULT_SESSION_IDLE, DEFAULT_SESSION_LIFETIME
 
 __all__ = [
     "DEFAULT_MAX_BODY",
+    "DEFAULT_SESSION_IDLE",
+    "DEFAULT_SESSION_LIFETIME",
     "TOKENS_VARIABLE",
     "Authenticate",
     "BearerTokens",

@@ -20,6 +20,7 @@ from sdk.http._guard import Guard, HostNames
 from sdk.http._problems import ApiError, ErrorCode, problem_of, problem_response
 from sdk.http._routes import routes
 from sdk.http._routing import Settings, endpoint
+from sdk.http._sessions import DEFAULT_SESSION_IDLE, DEFAULT_SESSION_LIFETIME, Sessions
 
 __all__ = ["DEFAULT_MAX_BODY", "create_app"]
 
@@ -63,6 +64,8 @@ def create_app(
     max_body: int = DEFAULT_MAX_BODY,
     sse_keepalive: float = 15.0,
     sse_idle: float = 5.0,
+    session_idle: float = DEFAULT_SESSION_IDLE,
+    session_lifetime: float = DEFAULT_SESSION_LIFETIME,
 ) -> Starlette:
     """The HTTP runtime API over `client`, as an ASGI app (Starlette).
 
@@ -87,6 +90,11 @@ def create_app(
         sse_keepalive: seconds between keep-alive comments of a quiet event stream.
         sse_idle: seconds an event stream blocks on the live feed before it checks
             that its run still exists.
+        session_idle: seconds a console session (a sign-in through the console's
+            form) lasts without use (30 minutes).
+        session_lifetime: seconds a console session lasts at most, however
+            busy (12 hours). Sessions live in this app's memory: a restart signs
+            everyone out (docs/security.md#console-sessions).
 
     Raises:
         InvalidArgument: no way to authenticate was given (no `authenticate`,
@@ -125,7 +133,10 @@ def create_app(
             f"create_app(): allowed_hosts must be a list of names, got the string {allowed_hosts!r}"
         )
     hosts = HostNames(allowed_hosts or ()) if allowed_hosts is not None or insecure_local else None
-    settings = Settings(client, authenticate, insecure_local, max_body, sse_keepalive, sse_idle)
+    sessions = Sessions(session_idle, session_lifetime, client.clock)
+    settings = Settings(
+        client, authenticate, insecure_local, max_body, sse_keepalive, sse_idle, sessions
+    )
     # A run id may hold "/" (sent as is or as %2F: the server decodes it), so
     # it matches as a Starlette "path"; the routes that end at the run id come
     # last, so "/v1/runs/a/b/events" is the events of "a/b", not the run "a/b/events".

@@ -25,6 +25,7 @@ from sdk.client._client import Client
 from sdk.http._auth import Authenticate, is_loopback
 from sdk.http._problems import ApiError, ErrorCode, problem_of, problem_response
 from sdk.http._schema import check, parse_json
+from sdk.http._sessions import Sessions
 
 __all__ = ["INSECURE_ACTOR", "Call", "Param", "Route", "Settings", "endpoint"]
 
@@ -88,7 +89,8 @@ class Route:
 
 @attrs.frozen
 class Settings:
-    """What `create_app` was given, shared by every endpoint."""
+    """What `create_app` was given, shared by every endpoint (and the console's
+    sessions, which the console's cookie names)."""
 
     client: Client
     authenticate: Authenticate | None
@@ -96,6 +98,7 @@ class Settings:
     max_body: int
     sse_keepalive: float
     sse_idle: float
+    sessions: Sessions
 
 
 @attrs.frozen

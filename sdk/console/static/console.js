@@ -26,12 +26,24 @@
     return !!region.querySelector("details[open]");
   }
 
+  // What the script asks by itself says so: it is not the person's use of the session.
+  var BACKGROUND = "X-Steadyflow-Background";
+  // An answer that is the sign-in page (signed out, or the session expired): go there.
+  function signedIn(r) {
+    if (r.redirected && /\/signin$/.test(new URL(r.url).pathname)) {
+      location.assign(r.url);
+      return false;
+    }
+    return r.ok;
+  }
+  function background(headers) { headers[BACKGROUND] = "1"; return headers; }
+
   var pending = false, again = false;
   function refresh() {
     if (pending) { again = true; return; }
     pending = true;
-    fetch(location.href, { headers: { "Accept": "text/html" }, credentials: "same-origin" })
-      .then(function (r) { return r.ok ? r.text() : null; })
+    fetch(location.href, { headers: background({ "Accept": "text/html" }), credentials: "same-origin" })
+      .then(function (r) { return signedIn(r) ? r.text() : null; })
       .then(function (html) {
         if (!html) return;
         var doc = new DOMParser().parseFromString(html, "text/html");
@@ -57,14 +69,16 @@
     var source = new EventSource(url);
     source.addEventListener("changed", refresh);
     source.addEventListener("end", function () { source.close(); refresh(); });
+    // refused for good (the session ended): a refresh leads to the sign-in page
+    source.addEventListener("error", function () { if (source.readyState === EventSource.CLOSED) refresh(); });
     document.body.setAttribute("data-following", "yes");
   }
 
   function counts() {
     var box = document.getElementById("counts");
     if (!box || !box.dataset.src) return;
-    fetch(box.dataset.src, { credentials: "same-origin" })
-      .then(function (r) { return r.ok ? r.text() : ""; })
+    fetch(box.dataset.src, { headers: background({}), credentials: "same-origin" })
+      .then(function (r) { return signedIn(r) ? r.text() : ""; })
       .then(function (html) {
         var doc = new DOMParser().parseFromString(html, "text/html");
         var list = doc.querySelector(".counts");
