@@ -41,6 +41,10 @@ DEFAULT_FORWARDED_ALLOW_IPS = "127.0.0.1,::1"
 DEFAULT_HEADER_TIMEOUT = 10.0
 #: Seconds a client has to send a whole request, head and body.
 DEFAULT_READ_TIMEOUT = 30.0
+#: Live streams the server holds open at once (sdk.http._streams says why a bound).
+DEFAULT_MAX_STREAMS = 1_000
+#: Live streams one actor (a token, a console user) holds open at once.
+DEFAULT_MAX_STREAMS_PER_ACTOR = 100
 
 
 @click.command("serve", context_settings=CONTEXT_SETTINGS, epilog=EXIT_CODES)
@@ -120,6 +124,23 @@ DEFAULT_READ_TIMEOUT = 30.0
     show_default=True,
     help="Seconds a client has to send a whole request, head and body.",
 )
+@click.option(
+    "--max-streams",
+    metavar="N",
+    type=click.IntRange(1),
+    default=DEFAULT_MAX_STREAMS,
+    show_default=True,
+    help="Live event streams (API and console) the server holds open at once; one more is "
+    "answered 429 with Retry-After.",
+)
+@click.option(
+    "--max-streams-per-actor",
+    metavar="N",
+    type=click.IntRange(1),
+    default=DEFAULT_MAX_STREAMS_PER_ACTOR,
+    show_default=True,
+    help="Live event streams one token (one console user) holds open at once.",
+)
 @click.option("--log-level", metavar="LEVEL", type=click.Choice(LOG_LEVELS, case_sensitive=False),
               envvar="STEADYFLOW_LOG_LEVEL", show_envvar=True, default="INFO",
               show_default=True, help="Log level; logs go to stderr.")  # fmt: skip
@@ -136,6 +157,8 @@ def serve(
     forwarded_allow_ips: str | None,
     header_timeout: float,
     read_timeout: float,
+    max_streams: int,
+    max_streams_per_actor: int,
     log_level: str,
 ) -> None:
     """Serve the HTTP runtime API (docs/http.md) for the flows the MODULEs define.
@@ -201,7 +224,7 @@ def serve(
     import_flow_modules(modules)
     listen = Listen(
         host, port, proxy_headers, forwarded_allow_ips or DEFAULT_FORWARDED_ALLOW_IPS,
-        header_timeout, read_timeout,
+        header_timeout, read_timeout, max_streams, max_streams_per_actor,
     )  # fmt: skip
     asyncio.run(
         _serve(store, tokens, authorizer, insecure_local, allowed_hosts, listen, log_level.lower())
@@ -210,7 +233,8 @@ def serve(
 
 @attrs.frozen
 class Listen:
-    """How the server listens: the address, the proxy in front, the deadlines of slow clients."""
+    """How the server listens: the address, the proxy in front, the deadlines of slow
+    clients, the bounds of live streams."""
 
     host: str
     port: int
@@ -218,6 +242,8 @@ class Listen:
     forwarded_allow_ips: str
     header_timeout: float
     read_timeout: float
+    max_streams: int
+    max_streams_per_actor: int
 
 
 async def _serve(
@@ -240,6 +266,7 @@ async def _serve(
             Client(store, authorizer), authenticate=tokens, insecure_local=insecure_local,
             # given names are checked in any mode; with --insecure-local, the defaults are
             allowed_hosts=allowed_hosts or None,
+            max_streams=listen.max_streams, max_streams_per_actor=listen.max_streams_per_actor,
         )  # fmt: skip
         await server(
             app, host=listen.host, port=listen.port, log_level=log_level,

@@ -15,9 +15,12 @@ Needs the ``steadyflow[http]`` extra; ``import sdk`` does not import it.
 from sdk.http._app import DEFAULT_MAX_BODY, create_app
 from sdk.http._auth import TOKENS_VARIABLE, Authenticate, BearerTokens
 from sdk.http._problems import ErrorCode
+from sdk.http._streams import DEFAULT_MAX_STREAMS, DEFAULT_MAX_STREAMS_PER_ACTOR
 
 __all__ = [
     "DEFAULT_MAX_BODY",
+    "DEFAULT_MAX_STREAMS",
+    "DEFAULT_MAX_STREAMS_PER_ACTOR",
     "TOKENS_VARIABLE",
     "Authenticate",
     "BearerTokens",

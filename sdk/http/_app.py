@@ -20,6 +20,7 @@ from sdk.http._guard import Guard, HostNames
 from sdk.http._problems import ApiError, ErrorCode, problem_of, problem_response
 from sdk.http._routes import routes
 from sdk.http._routing import Settings, endpoint
+from sdk.http._streams import DEFAULT_MAX_STREAMS, DEFAULT_MAX_STREAMS_PER_ACTOR, Streams
 
 __all__ = ["DEFAULT_MAX_BODY", "create_app"]
 
@@ -63,6 +64,8 @@ def create_app(
     max_body: int = DEFAULT_MAX_BODY,
     sse_keepalive: float = 15.0,
     sse_idle: float = 5.0,
+    max_streams: int = DEFAULT_MAX_STREAMS,
+    max_streams_per_actor: int = DEFAULT_MAX_STREAMS_PER_ACTOR,
 ) -> Starlette:
     """The HTTP runtime API over `client`, as an ASGI app (Starlette).
 
@@ -87,6 +90,12 @@ def create_app(
         sse_keepalive: seconds between keep-alive comments of a quiet event stream.
         sse_idle: seconds an event stream blocks on the live feed before it checks
             that its run still exists.
+        max_streams: live streams (the API's event streams and the console's live
+            pages) the app holds open at once; one more is answered 429
+            ``too_many_streams`` with ``Retry-After``. Every stream shares one
+            subscription to the store's live feed.
+        max_streams_per_actor: live streams one actor (a token, a console user)
+            holds open at once; one more is answered 429 likewise.
 
     Raises:
         InvalidArgument: no way to authenticate was given (no `authenticate`,
@@ -125,7 +134,10 @@ def create_app(
             f"create_app(): allowed_hosts must be a list of names, got the string {allowed_hosts!r}"
         )
     hosts = HostNames(allowed_hosts or ()) if allowed_hosts is not None or insecure_local else None
-    settings = Settings(client, authenticate, insecure_local, max_body, sse_keepalive, sse_idle)
+    streams = Streams(client.store, max_streams, max_streams_per_actor)
+    settings = Settings(
+        client, authenticate, insecure_local, max_body, sse_keepalive, sse_idle, streams
+    )
     # A run id may hold "/" (sent as is or as %2F: the server decodes it), so
     # it matches as a Starlette "path"; the routes that end at the run id come
     # last, so "/v1/runs/a/b/events" is the events of "a/b", not the run "a/b/events".

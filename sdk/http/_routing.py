@@ -25,6 +25,7 @@ from sdk.client._client import Client
 from sdk.http._auth import Authenticate, is_loopback
 from sdk.http._problems import ApiError, ErrorCode, problem_of, problem_response
 from sdk.http._schema import check, parse_json
+from sdk.http._streams import Streams
 
 __all__ = ["INSECURE_ACTOR", "Call", "Param", "Route", "Settings", "endpoint"]
 
@@ -96,6 +97,7 @@ class Settings:
     max_body: int
     sse_keepalive: float
     sse_idle: float
+    streams: Streams
 
 
 @attrs.frozen

@@ -50,6 +50,7 @@
       });
   }
 
+  var RETRY_MS = 30000;
   function follow() {
     var live = document.querySelector("[data-live]");
     var url = live && live.getAttribute("data-live");
@@ -57,6 +58,11 @@
     var source = new EventSource(url);
     source.addEventListener("changed", refresh);
     source.addEventListener("end", function () { source.close(); refresh(); });
+    // A refused stream (429: the server's stream limits) is not retried by the
+    // browser: try again in a while, catching up on what changed meanwhile.
+    source.addEventListener("error", function () {
+      if (source.readyState === EventSource.CLOSED) setTimeout(follow, RETRY_MS);
+    });
     document.body.setAttribute("data-following", "yes");
   }
 
