@@ -122,6 +122,8 @@ def test_each_error_answer_names_the_codes_it_may_carry(doc: dict[str, Any]) -> 
     assert {"flow_not_found", "invalid_argument", "invalid_json", "payload_too_large",
             "idempotency_conflict", "queue_full", "unauthenticated"} <= codes  # fmt: skip
     assert codes <= {c.value for c in ErrorCode}
+    events = doc["paths"]["/v1/runs/{run_id}/events"]["get"]["responses"]["429"]
+    assert "too_many_streams" in events["description"]
     assert "security" not in doc["paths"]["/v1/runs"]["post"]  # the document-wide bearer
     assert doc["paths"]["/healthz"]["get"]["security"] == []
 

@@ -117,6 +117,8 @@ async def test_the_server_process_starts_streams_and_steers_runs(
         (["--header-timeout", "20", "--read-timeout", "5"], {}, "cannot be shorter"),
         (["--header-timeout", "0"], {}, "Invalid value for '--header-timeout'"),
         (["--session-idle", "0"], {}, "Invalid value for '--session-idle'"),
+        (["--max-streams", "0"], {}, "Invalid value for '--max-streams'"),
+        (["--max-streams-per-actor", "0"], {}, "Invalid value for '--max-streams-per-actor'"),
     ],
 )
 def test_serve_refuses_to_start_an_open_or_misconfigured_server(

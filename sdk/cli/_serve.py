@@ -43,6 +43,10 @@ DEFAULT_FORWARDED_ALLOW_IPS = "127.0.0.1,::1"
 DEFAULT_HEADER_TIMEOUT = 10.0
 #: Seconds a client has to send a whole request, head and body.
 DEFAULT_READ_TIMEOUT = 30.0
+#: Live streams the server holds open at once (sdk.http._streams says why a bound).
+DEFAULT_MAX_STREAMS = 1_000
+#: Live streams one actor (a token, a console user) holds open at once.
+DEFAULT_MAX_STREAMS_PER_ACTOR = 100
 
 
 @click.command("serve", context_settings=CONTEXT_SETTINGS, epilog=EXIT_CODES)
@@ -138,6 +142,23 @@ DEFAULT_READ_TIMEOUT = 30.0
     show_default=True,
     help="Seconds a console sign-in lasts at most, however busy.",
 )
+@click.option(
+    "--max-streams",
+    metavar="N",
+    type=click.IntRange(1),
+    default=DEFAULT_MAX_STREAMS,
+    show_default=True,
+    help="Live event streams (API and console) the server holds open at once; one more is "
+    "answered 429 with Retry-After.",
+)
+@click.option(
+    "--max-streams-per-actor",
+    metavar="N",
+    type=click.IntRange(1),
+    default=DEFAULT_MAX_STREAMS_PER_ACTOR,
+    show_default=True,
+    help="Live event streams one token (one console user) holds open at once.",
+)
 @click.option("--log-level", metavar="LEVEL", type=click.Choice(LOG_LEVELS, case_sensitive=False),
               envvar="STEADYFLOW_LOG_LEVEL", show_envvar=True, default="INFO",
               show_default=True, help="Log level; logs go to stderr.")  # fmt: skip
@@ -156,6 +177,8 @@ def serve(
     read_timeout: float,
     session_idle: float,
     session_lifetime: float,
+    max_streams: int,
+    max_streams_per_actor: int,
     log_level: str,
 ) -> None:
     """Serve the HTTP runtime API (docs/http.md) for the flows the MODULEs define.
@@ -221,7 +244,8 @@ def serve(
     import_flow_modules(modules)
     listen = Listen(
         host, port, proxy_headers, forwarded_allow_ips or DEFAULT_FORWARDED_ALLOW_IPS,
-        header_timeout, read_timeout, session_idle, session_lifetime,
+        header_timeout, read_timeout, session_idle, session_lifetime, max_streams,
+        max_streams_per_actor,
     )  # fmt: skip
     asyncio.run(
         _serve(store, tokens, authorizer, insecure_local, allowed_hosts, listen, log_level.lower())
@@ -231,7 +255,7 @@ def serve(
 @attrs.frozen
 class Listen:
     """How the server listens: the address, the proxy in front, the deadlines of slow
-    clients, how long a console sign-in lasts."""
+    clients, how long a console sign-in lasts, the bounds of live streams."""
 
     host: str
     port: int
@@ -241,6 +265,8 @@ class Listen:
     read_timeout: float
     session_idle: float
     session_lifetime: float
+    max_streams: int
+    max_streams_per_actor: int
 
 
 async def _serve(
@@ -264,6 +290,7 @@ async def _serve(
             # given names are checked in any mode; with --insecure-local, the defaults are
             allowed_hosts=allowed_hosts or None,
             session_idle=listen.session_idle, session_lifetime=listen.session_lifetime,
+            max_streams=listen.max_streams, max_streams_per_actor=listen.max_streams_per_actor,
         )  # fmt: skip
         await server(
             app, host=listen.host, port=listen.port, log_level=log_level,

@@ -5,6 +5,7 @@ Pub/Sub, as `Client.follow` reads it) only says *when* to read the log again.
 The feed is subscribed before the log is read, so an event appended in between
 is not missed: it is in the log, or it wakes the reader. No polling sleep: the
 reader blocks on the feed (with `idle` as its timeout, to notice a deleted run).
+A server's followers share one subscription (`sdk.client._feed.SharedFeed`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from sdk._core._checks import check_seconds
 from sdk._core._tasks import cancel_and_wait
 from sdk._core._types import Event
+from sdk.client._feed import SharedFeed
 from sdk.errors import RunNotFound
 
 if TYPE_CHECKING:
@@ -30,11 +32,19 @@ END = object()
 
 
 async def follow_run(
-    client: Client, run_id: str, *, cursor: str | None = None, idle: float = 5.0
+    client: Client,
+    run_id: str,
+    *,
+    cursor: str | None = None,
+    idle: float = 5.0,
+    feed: SharedFeed | None = None,
 ) -> AsyncIterator[Event]:
     """Every event of `run_id` after `cursor` (from the start without one), then each
     new one as it is appended, until the run has ended (completed, failed,
     canceled) with its log read to the end, or is deleted.
+
+    `feed` is the live feed to wait on, shared with the process's other followers
+    (a server's streams); None: a subscription of this follower's own.
 
     Raises `RunNotFound` when the run does not exist to begin with.
 
@@ -44,40 +54,37 @@ async def follow_run(
             print(event.type)
     """
     check_seconds(idle, "follow_run(): idle", positive=True)
-    await client.get(run_id)  # RunNotFound before anything is subscribed
-    subscription: Any = None
+    feed = feed if feed is not None else SharedFeed(client.store)
+    async with feed.reading():
+        await client.get(run_id)  # RunNotFound before anything is subscribed
     ended = False
-    try:
-        _, subscription = await client.store.follow(None, 0.0, 1)  # subscribed from here on
+    news = True  # events since the run's status was last read (or it never was)
+    async with feed.watch(run_id) as bell:  # subscribed from here on
         while True:
             try:
-                page = await client.events(run_id, cursor=cursor, limit=_PAGE)
+                async with feed.reading():
+                    page = await client.events(run_id, cursor=cursor, limit=_PAGE)
             except RunNotFound:
                 return  # deleted while followed
             for event in page:
                 cursor = event.event_id
                 yield event
+            news = news or bool(page)
             if len(page) == _PAGE:
                 continue
             if ended:
                 return
-            try:
-                # ended: its last events may have come after the page: one more read
-                ended = (await client.get(run_id)).status.is_terminal
-            except RunNotFound:
-                return
+            if news:  # (a run ends with an event: no event, no end to look for)
+                news = False
+                try:
+                    # ended: its last events may have come after the page: one more read
+                    async with feed.reading():
+                        ended = (await client.get(run_id)).status.is_terminal
+                except RunNotFound:
+                    return
             if not ended:
-                await _news_of(client, run_id, subscription, idle)
-    finally:
-        if subscription is not None:
-            await client.store.unfollow(subscription)
-
-
-async def _news_of(client: Client, run_id: str, subscription: Any, idle: float) -> None:
-    """Block until the feed carries an event of `run_id`, or `idle` seconds pass."""
-    raw, _ = await client.store.follow(subscription, idle, _PAGE)
-    while raw and not any(r.run_id == run_id for r in raw):
-        raw, _ = await client.store.follow(subscription, idle, _PAGE)
+                # news of the run, or `idle` seconds: read the log again either way
+                await bell.wait(idle)
 
 
 @contextlib.asynccontextmanager

@@ -3,7 +3,9 @@
 The streams carry no data a page renders: each message says "something
 changed" and the script fetches the page again and swaps its live region
 in. So one rendering (the server's) serves both the first load and every
-update, and a burst of events costs one refresh (`THROTTLE`).
+update, and a burst of events costs one refresh (`THROTTLE`). The streams wait
+on the app's one shared feed and count against its stream limits, as the API's
+do (`sdk.http._streams`); a refused one is answered 429 with ``Retry-After``.
 """
 
 from __future__ import annotations
@@ -17,10 +19,13 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from sdk._core._checks import check_id
+from sdk.client._feed import SharedFeed
 from sdk.client._follow import END, follow_run, read_ahead
 from sdk.console._auth import still_signed_in
-from sdk.console._state import Console
+from sdk.console._state import Console, refused
 from sdk.errors import InvalidArgument, RunNotFound, SteadyflowError
+from sdk.http._problems import ApiError
+from sdk.http._streams import Slot, stream_answer
 
 __all__ = ["THROTTLE", "run_live", "runs_live"]
 
@@ -31,13 +36,13 @@ _QUIET = object()
 
 
 def _stream(
-    source: AsyncIterator[Any], keepalive: float, signed_in: Callable[[], bool]
+    source: AsyncIterator[Any], keepalive: float, slot: Slot, signed_in: Callable[[], bool]
 ) -> StreamingResponse:
     """Frame `source`'s items as ``changed`` messages, at most one per `THROTTLE`
     seconds (then ``end`` when it ends; an error closes the stream and the
-    browser's ``EventSource`` reconnects). The stream closes too once
-    `signed_in` says its session ended (at the next message or keep-alive):
-    the reconnection is then refused."""
+    browser's ``EventSource`` reconnects), holding `slot` while it is open. The
+    stream closes too once `signed_in` says its session ended (at the next
+    message or keep-alive): the reconnection is then refused."""
 
     async def messages() -> AsyncIterator[str]:
         # (an error, a store outage: close without "end", and the browser reconnects)
@@ -76,11 +81,16 @@ def _stream(
                     yield "event: end\ndata: {}\n\n"
                     return
 
-    return StreamingResponse(
-        messages(),
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
-    )
+    return stream_answer(messages(), slot)
+
+
+async def _changes(feed: SharedFeed, idle: float) -> AsyncIterator[None]:
+    """An item whenever the feed carries an event of any run (`idle`: seconds of
+    one wait; the feed's failure ends it)."""
+    async with feed.watch(None) as bell:
+        while True:
+            if await bell.wait(idle):
+                yield None
 
 
 async def run_live(request: Request, console: Console, actor: str) -> Response:
@@ -91,21 +101,35 @@ async def run_live(request: Request, console: Console, actor: str) -> Response:
     except InvalidArgument as exc:  # no stream to reconnect to, ever
         return Response(str(exc), status_code=422)
     settings = console.settings
+    try:
+        slot = settings.streams.take(actor)  # given back when the answer ends
+    except ApiError as exc:  # over the stream limits: 429, Retry-After
+        return refused(exc)
     # After the last event the page shows (its script passes it): no repeat.
     cursor = request.query_params.get("cursor") or None
     try:
-        await console.client.events(run_id, cursor=cursor, limit=1)
+        async with settings.streams.feed.reading():  # streams' reads share a few connections
+            await console.client.events(run_id, cursor=cursor, limit=1)
     except RunNotFound:
+        slot.release()
         return Response(f"no run {run_id!r}", status_code=404)
     except SteadyflowError:  # a bad cursor: follow from the start (one refresh too many)
         cursor = None
-    source = follow_run(console.client, run_id, cursor=cursor, idle=settings.sse_idle)
-    return _stream(source, settings.sse_keepalive, still_signed_in(request, settings))
+    except BaseException:
+        slot.release()
+        raise
+    source = follow_run(
+        console.client, run_id, cursor=cursor, idle=settings.sse_idle, feed=settings.streams.feed
+    )
+    return _stream(source, settings.sse_keepalive, slot, still_signed_in(request, settings))
 
 
 async def runs_live(request: Request, console: Console, actor: str) -> Response:
     """``GET /ui/live``: a message whenever any run has a new event."""
-    poll = console.settings.sse_idle
     settings = console.settings
-    return _stream(console.client.follow(poll_timeout=poll), settings.sse_keepalive,
-                   still_signed_in(request, settings))  # fmt: skip
+    try:
+        slot = settings.streams.take(actor)
+    except ApiError as exc:
+        return refused(exc)
+    changes = _changes(settings.streams.feed, settings.sse_idle)
+    return _stream(changes, settings.sse_keepalive, slot, still_signed_in(request, settings))

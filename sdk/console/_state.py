@@ -76,6 +76,12 @@ def guarded(console: Console, handler: Page) -> Callable[[Request], Awaitable[Re
 
 
 def refused(error: ApiError) -> Response:
-    """The answer to a request the HTTP layer refused (a body over ``max_body``: 413),
-    as text with the error's status: a console page, not the API's problem JSON."""
-    return Response(error.detail, status_code=STATUS[error.code][0], media_type="text/plain")
+    """The answer to a request the HTTP layer refused (a body over ``max_body``: 413,
+    a live stream over the limits: 429), as text with the error's status and
+    headers (``Retry-After``): a console page, not the API's problem JSON."""
+    return Response(
+        error.detail,
+        status_code=STATUS[error.code][0],
+        media_type="text/plain",
+        headers=error.headers,
+    )

@@ -16,9 +16,12 @@ from sdk.http._app import DEFAULT_MAX_BODY, create_app
 from sdk.http._auth import TOKENS_VARIABLE, Authenticate, BearerTokens
 from sdk.http._problems import ErrorCode
 from sdk.http._sessions import DEFAULT_SESSION_IDLE, DEFAULT_SESSION_LIFETIME
+from sdk.http._streams import DEFAULT_MAX_STREAMS, DEFAULT_MAX_STREAMS_PER_ACTOR
 
 __all__ = [
     "DEFAULT_MAX_BODY",
+    "DEFAULT_MAX_STREAMS",
+    "DEFAULT_MAX_STREAMS_PER_ACTOR",
     "DEFAULT_SESSION_IDLE",
     "DEFAULT_SESSION_LIFETIME",
     "TOKENS_VARIABLE",

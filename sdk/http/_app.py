@@ -21,6 +21,7 @@ from sdk.http._problems import ApiError, ErrorCode, problem_of, problem_response
 from sdk.http._routes import routes
 from sdk.http._routing import Settings, endpoint
 from sdk.http._sessions import DEFAULT_SESSION_IDLE, DEFAULT_SESSION_LIFETIME, Sessions
+from sdk.http._streams import DEFAULT_MAX_STREAMS, DEFAULT_MAX_STREAMS_PER_ACTOR, Streams
 
 __all__ = ["DEFAULT_MAX_BODY", "create_app"]
 
@@ -66,6 +67,8 @@ def create_app(
     sse_idle: float = 5.0,
     session_idle: float = DEFAULT_SESSION_IDLE,
     session_lifetime: float = DEFAULT_SESSION_LIFETIME,
+    max_streams: int = DEFAULT_MAX_STREAMS,
+    max_streams_per_actor: int = DEFAULT_MAX_STREAMS_PER_ACTOR,
 ) -> Starlette:
     """The HTTP runtime API over `client`, as an ASGI app (Starlette).
 
@@ -95,6 +98,12 @@ def create_app(
         session_lifetime: seconds a console session lasts at most, however
             busy (12 hours). Sessions live in this app's memory: a restart signs
             everyone out (docs/security.md#console-sessions).
+        max_streams: live streams (the API's event streams and the console's live
+            pages) the app holds open at once; one more is answered 429
+            ``too_many_streams`` with ``Retry-After``. Every stream shares one
+            subscription to the store's live feed.
+        max_streams_per_actor: live streams one actor (a token, a console user)
+            holds open at once; one more is answered 429 likewise.
 
     Raises:
         InvalidArgument: no way to authenticate was given (no `authenticate`,
@@ -134,8 +143,16 @@ def create_app(
         )
     hosts = HostNames(allowed_hosts or ()) if allowed_hosts is not None or insecure_local else None
     sessions = Sessions(session_idle, session_lifetime, client.clock)
+    streams = Streams(client.store, max_streams, max_streams_per_actor)
     settings = Settings(
-        client, authenticate, insecure_local, max_body, sse_keepalive, sse_idle, sessions
+        client,
+        authenticate,
+        insecure_local,
+        max_body,
+        sse_keepalive,
+        sse_idle,
+        sessions,
+        streams,
     )
     # A run id may hold "/" (sent as is or as %2F: the server decodes it), so
     # it matches as a Starlette "path"; the routes that end at the run id come

@@ -60,6 +60,7 @@ class ErrorCode(enum.StrEnum):
     NOT_WAITING = "not_waiting"
     IDEMPOTENCY_CONFLICT = "idempotency_conflict"
     QUEUE_FULL = "queue_full"
+    TOO_MANY_STREAMS = "too_many_streams"
     LEASE_LOST = "lease_lost"
     CORRUPT_RECORD = "corrupt_record"
     STORE_UNAVAILABLE = "store_unavailable"
@@ -87,6 +88,7 @@ STATUS: dict[ErrorCode, tuple[int, str]] = {
     ErrorCode.NOT_WAITING: (409, "Run is not waiting for that"),
     ErrorCode.IDEMPOTENCY_CONFLICT: (409, "Idempotency conflict"),
     ErrorCode.QUEUE_FULL: (429, "Queue full"),
+    ErrorCode.TOO_MANY_STREAMS: (429, "Too many live streams"),
     ErrorCode.LEASE_LOST: (409, "Lease lost"),
     ErrorCode.CORRUPT_RECORD: (500, "Stored data is damaged"),
     ErrorCode.STORE_UNAVAILABLE: (503, "Store unavailable"),

@@ -145,11 +145,13 @@ def routes() -> tuple[Route, ...]:
                              "next_cursor": {"type": ["string", "null"]}}, "events", "next_cursor"),
               params=(_RUN_ID, _query("cursor", {"type": "string"}, "Events after this event_id."),
                       _query("limit", {**_LIMIT, "default": 100}, "Page size.")),
-              errors=_RUN_ERRORS,
+              errors=(*_RUN_ERRORS, E.TOO_MANY_STREAMS),
               description="With 'Accept: text/event-stream', the log from the cursor (or "
               "Last-Event-ID) and then each new event live, as Server-Sent Events (id: the "
               "event_id, event: its type, data: the Event); the stream ends with 'event: end' "
-              "once the run has ended, or 'event: error' with a problem."),
+              "once the run has ended, or 'event: error' with a problem. A stream over the "
+              "server's or the caller's limit of open streams is 429 too_many_streams, with "
+              "Retry-After."),
         Route("GET", "/v1/runs/{run_id}/checkpoints", "listRunCheckpoints", "A run's checkpoints",
               runs.run_checkpoints, "runs", response=_list_of("checkpoints", ref("Checkpoint")),
               params=(_RUN_ID,), errors=_RUN_ERRORS),

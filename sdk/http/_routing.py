@@ -26,6 +26,7 @@ from sdk.http._auth import Authenticate, is_loopback
 from sdk.http._problems import ApiError, ErrorCode, problem_of, problem_response
 from sdk.http._schema import check, parse_json
 from sdk.http._sessions import Sessions
+from sdk.http._streams import Streams
 
 __all__ = ["INSECURE_ACTOR", "Call", "Param", "Route", "Settings", "endpoint"]
 
@@ -99,6 +100,7 @@ class Settings:
     sse_keepalive: float
     sse_idle: float
     sessions: Sessions
+    streams: Streams
 
 
 @attrs.frozen

@@ -8,6 +8,8 @@ connections) and a slow client holds the reader back instead of growing a
 buffer. The stream ends (``event: end``) when the run has ended and its log
 is delivered, or when it is deleted. ``Last-Event-ID`` (sent by a
 reconnecting ``EventSource``) takes the place of the ``cursor`` parameter.
+Streams wait on the app's one shared feed and count against its stream limits
+(`sdk.http._streams`).
 """
 
 from __future__ import annotations
@@ -24,13 +26,12 @@ from sdk._core._types import Event
 from sdk.client._follow import END, follow_run, read_ahead
 from sdk.client._jsonshapes import shape
 from sdk.http._problems import problem_body, problem_of
+from sdk.http._streams import EVENT_STREAM, stream_answer
 
 if TYPE_CHECKING:
     from sdk.http._routing import Call
 
 __all__ = ["event_stream", "wants_stream"]
-
-EVENT_STREAM = "text/event-stream"
 
 
 def wants_stream(request: Request) -> bool:
@@ -44,17 +45,24 @@ def frame(event: Event) -> str:
 
 
 async def event_stream(call: Call, run_id: str, cursor: str | None) -> StreamingResponse:
-    """The streaming answer; `RunNotFound` (404) before the stream starts."""
-    client = call.client
+    """The streaming answer; before the stream starts, `RunNotFound` (404), a bad
+    cursor (422), or a stream over the limits (429)."""
+    client, streams = call.client, call.settings.streams
     cursor = call.request.headers.get("last-event-id") or cursor
-    await client.get(run_id)
-    if cursor is not None:
-        await client.events(run_id, cursor=cursor, limit=1)  # a bad cursor: 422, not a stream
+    slot = streams.take(call.actor)  # given back when the answer ends (stream_answer)
+    try:
+        async with streams.feed.reading():  # streams' reads share a few connections
+            await client.get(run_id)
+            if cursor is not None:  # a bad cursor: 422, not a stream
+                await client.events(run_id, cursor=cursor, limit=1)
+    except BaseException:
+        slot.release()
+        raise
     keepalive, idle = call.settings.sse_keepalive, call.settings.sse_idle
     unavailable = client.store.is_unavailable
 
     async def messages() -> AsyncIterator[str]:
-        source = follow_run(client, run_id, cursor=cursor, idle=idle)
+        source = follow_run(client, run_id, cursor=cursor, idle=idle, feed=streams.feed)
         async with read_ahead(source) as queue:
             yield ": following run events\nretry: 2000\n\n"
             while True:
@@ -72,9 +80,4 @@ async def event_stream(call: Call, run_id: str, cursor: str | None) -> Streaming
                     return
                 yield frame(item)
 
-    return StreamingResponse(
-        messages(),
-        media_type=EVENT_STREAM,
-        # no caching, and no buffering by proxies such as nginx
-        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
-    )
+    return stream_answer(messages(), slot)

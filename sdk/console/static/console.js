@@ -62,6 +62,7 @@
       });
   }
 
+  var RETRY_MS = 30000;
   function follow() {
     var live = document.querySelector("[data-live]");
     var url = live && live.getAttribute("data-live");
@@ -69,8 +70,12 @@
     var source = new EventSource(url);
     source.addEventListener("changed", refresh);
     source.addEventListener("end", function () { source.close(); refresh(); });
-    // refused for good (the session ended): a refresh leads to the sign-in page
-    source.addEventListener("error", function () { if (source.readyState === EventSource.CLOSED) refresh(); });
+    // Closed for good: the session ended (a refresh leads to the sign-in page), or
+    // the server's stream limits refused it (429, which the browser does not
+    // retry): refresh now, and follow again in a while.
+    source.addEventListener("error", function () {
+      if (source.readyState === EventSource.CLOSED) { refresh(); setTimeout(follow, RETRY_MS); }
+    });
     document.body.setAttribute("data-following", "yes");
   }
 
