@@ -11,6 +11,7 @@ The tree::
     ├── FlowNotFound             (also LookupError) no flow registered under that name
     ├── RegistryConflict         (also ValueError) a name taken by a different flow or channel
     ├── SerializationError       (also TypeError) a value the journal cannot hold
+    │   └── PayloadTooLarge      a value or message over its size bound
     ├── InvalidArgument          (also ValueError, TypeError) a bad argument of a public call
     ├── WaitTimeout              (also TimeoutError) a wait_for deadline passed
     ├── StepTimeout              (also TimeoutError) a step attempt ran past its timeout
@@ -21,6 +22,7 @@ The tree::
     ├── FlowBlocked              every task of a flow waits on something nothing can complete
     ├── NotWaiting               approve/deny of a run not waiting for that approval
     ├── QueueFull                Client.start on a queue that holds its max_pending runs
+    ├── MailboxFull              a message for a run that holds its bound of pending messages
     ├── StepError                a recorded failure whose exception type cannot be rebuilt
     ├── RunFailed                RunHandle.result() of a failed run
     ├── RunCanceled              RunHandle.result() of a canceled run
@@ -51,10 +53,12 @@ __all__ = [
     "InvalidArgument",
     "InvalidTransition",
     "LeaseLost",
+    "MailboxFull",
     "NonDeterminismError",
     "NotInRunError",
     "NotInStepError",
     "NotWaiting",
+    "PayloadTooLarge",
     "QueueFull",
     "RegistryConflict",
     "RunCanceled",
@@ -253,6 +257,33 @@ class SerializationError(SteadyflowError, TypeError):
     """
 
 
+class PayloadTooLarge(SerializationError):
+    """A value or a message is over its size bound; nothing was written.
+
+    The client's `Serializer` refuses a value over its ``max_payload_bytes``
+    (a flow argument, a step result, a signal or approval payload...); the store
+    refuses a message over its ``max_message_bytes`` (`sdk.store.StoreLimits`),
+    whatever the client allows. Over HTTP: ``413 payload_too_large``.
+
+    Attributes:
+        size: the bytes of its JSON text (at least this many), if known.
+        limit: the bound, if known.
+        run_id: the run a refused message was for, or None.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        size: int | None = None,
+        limit: int | None = None,
+        run_id: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.size = size
+        self.limit = limit
+        self.run_id = run_id
+
+
 class InvalidArgument(SteadyflowError, ValueError, TypeError):
     """An argument of a public call has the wrong type or value; nothing was written.
 
@@ -419,6 +450,32 @@ class QueueFull(SteadyflowError):
         self.depth = depth
         super().__init__(
             f"queue {queue!r} is full: it holds {depth} ready run(s) (its max_pending)"
+        )
+
+
+class MailboxFull(SteadyflowError):
+    """A signal or an event for a run that already holds as many messages its flow
+    has not taken as the store allows (``max_pending_messages``), or would then
+    hold more bytes of them than ``max_pending_bytes`` (`sdk.store.StoreLimits`):
+    nothing was written. Room comes back as the flow takes its messages
+    (``wait_for``), so a retry helps only then. Over HTTP: ``429 mailbox_full``.
+
+    Attributes:
+        run_id: the run.
+        bound: which bound it holds: ``"messages"`` or ``"bytes"``.
+        pending: what the run holds of it (with this message, for bytes).
+        limit: the bound.
+    """
+
+    def __init__(self, run_id: str, bound: str, pending: int, limit: int) -> None:
+        self.run_id = run_id
+        self.bound = bound
+        self.pending = pending
+        self.limit = limit
+        what = "messages" if bound == "messages" else "bytes of messages"
+        super().__init__(
+            f"run {run_id!r} is full: it would hold {pending:,} {what} its flow has not "
+            f"taken, over its bound of {limit:,} (the store's max_pending_{bound})"
         )
 
 

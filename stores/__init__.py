@@ -24,8 +24,9 @@ import os
 from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
-from sdk.store import Store
+from sdk.store import Store, StoreLimits
 from stores._cluster import CLUSTER_SCHEMES
+from stores._storecore import STORE_OPTIONS
 from stores.redis import RedisStore
 
 __all__ = ["RedisStore", "Store", "open_store"]
@@ -42,6 +43,28 @@ DEFAULT_URL = "redis://127.0.0.1:6379/0"
 # DEFAULT_URL); when none answers there, the embedded server (stores._embedded).
 DEFAULT_REDIS_VARIABLE = "STEADYFLOW_DEFAULT_REDIS"
 DEFAULT_PREFIX = "sf"
+# The store's own options (its bounds, sdk.store.StoreLimits), for the processes
+# that take no code (steadyflow serve, worker, the command line):
+# "max_pending_messages=500,max_events_per_run=20000".
+OPTIONS_VARIABLE = "STEADYFLOW_STORE_OPTIONS"
+
+
+def _env_options() -> dict[str, int]:
+    """The store options `OPTIONS_VARIABLE` sets; `ValueError` naming a bad one."""
+    text = os.environ.get(OPTIONS_VARIABLE, "").strip()
+    options: dict[str, int] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, sep, value = item.partition("=")
+        name = name.strip()
+        if not sep or name not in STORE_OPTIONS or not value.strip().isdigit():
+            raise ValueError(
+                f"{OPTIONS_VARIABLE}: {item!r} is not NAME=INTEGER with NAME one of "
+                f"{', '.join(STORE_OPTIONS)}"
+            )
+        options[name] = int(value)
+    if options:
+        StoreLimits(**options)  # the bounds' own checks, named
+    return options
 
 
 class _Elsewhere(NamedTuple):
@@ -100,7 +123,11 @@ def open_store(
             deployment; default 1, and 16 for a Redis Cluster URL
             (docs/operations.md#redis-cluster-and-partitions).
         kwargs: options of the store and of redis-py's connection pool
-            (see `RedisStore.from_url`).
+            (see `RedisStore.from_url`). The store's own options (its bounds:
+            ``max_events_per_run``, ``max_refusals_per_run``,
+            ``max_message_bytes``, ``max_pending_messages``,
+            ``max_pending_bytes``) not given here come from
+            ``$STEADYFLOW_STORE_OPTIONS`` (``"max_pending_messages=500,..."``).
 
     An empty variable counts as unset. Call it inside the event loop that will
     use the store.
@@ -111,6 +138,7 @@ def open_store(
     """
     url = url or os.environ.get(STORE_VARIABLE) or _local_default()
     prefix = prefix or os.environ.get(PREFIX_VARIABLE) or DEFAULT_PREFIX
+    kwargs = {**_env_options(), **kwargs}
     scheme = urlsplit(url).scheme
     if scheme in ("redis", "rediss", "unix", *CLUSTER_SCHEMES):
         return RedisStore.from_url(url, prefix=prefix, partitions=partitions, **kwargs)

@@ -232,11 +232,13 @@ _REFUSALS = {
     "exists": Refusal.EXISTS,
     "corrupt": Refusal.CORRUPT,
     "changed": Refusal.CHANGED,
+    "too_large": Refusal.TOO_LARGE,
+    "full": Refusal.FULL,
 }
 
 
 def refused(reply: Any) -> Refused | None:
-    """A script's error reply ``{'err', code, a, b}`` as a `Refused`; None otherwise.
+    """A script's error reply ``{'err', code, a, b[, c]}`` as a `Refused`; None otherwise.
     A refused argument (``invalid``: the caller's bug) raises `ValueError`."""
     if not (isinstance(reply, list) and reply and reply[0] == "err"):
         return None
@@ -250,5 +252,9 @@ def refused(reply: Any) -> Refused | None:
         return Refused(why, actor=a)
     if why is Refusal.CORRUPT:
         return Refused(why, key=a, detail=b)
+    if why is Refusal.TOO_LARGE:  # {'err', 'too_large', size, limit}
+        return Refused(why, size=int(a), limit=int(b))
+    if why is Refusal.FULL:  # {'err', 'full', 'messages' | 'bytes', pending, limit}
+        return Refused(why, detail=a, size=int(b), limit=int(reply[4]))
     status = RunStatus(a) if a else None
     return Refused(why, status, RunStatus(b) if b else None)

@@ -49,6 +49,7 @@ SUFFIX = {
     "approvers": "ap:",  # HASH  human mailbox -> who may decide, one per line (+ run id)
     "evwatch": "evw:",  # HASH  step key -> event mailbox its wait_for_event listens on (+ run id)
     "events": "ev:",  # STREAM the run's event log, capped (+ run id)
+    "trail": "au:",  # STREAM audit events trimmed out of the log, never trimmed (+ run id)
     "checkpoints": "cp:",  # STREAM the run's checkpoints (+ run id)
     "lineage": "ln:",  # HASH  step key -> reusable record of the source runs (+ run id)
     "jseq": "js:",  # HASH  step key -> journal write sequence of its record (+ run id)
@@ -101,7 +102,7 @@ SUFFIX = {
 #: deleting a run deletes all of them, plus its mailboxes (named in "mailboxes").
 #: Every SUFFIX entry is either here, "mailbox", or in SHARED_SUFFIXES.
 RUN_SUFFIXES = (
-    "run", "journal", "mailboxes", "dedup", "waits", "approvers", "events",
+    "run", "journal", "mailboxes", "dedup", "waits", "approvers", "events", "trail",
     "checkpoints", "lineage", "jseq", "done", "gone", "intents", "evwatch",
 )  # fmt: skip
 
@@ -194,6 +195,9 @@ class Keys:
 
     def events(self, run_id: str) -> str:
         return self.base_of(run_id) + SUFFIX["events"] + run_id
+
+    def trail(self, run_id: str) -> str:
+        return self.base_of(run_id) + SUFFIX["trail"] + run_id
 
     def checkpoints(self, run_id: str) -> str:
         return self.base_of(run_id) + SUFFIX["checkpoints"] + run_id

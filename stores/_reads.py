@@ -26,6 +26,12 @@ from stores._wakeups import ShardedFeed
 __all__ = ["RunReads"]
 
 
+def _event_order(event_id: str) -> tuple[int, int]:
+    """A stream entry id ("<ms>-<seq>") as what orders it."""
+    ms, _, seq = str(event_id).partition("-")
+    return int(ms), int(seq or 0)
+
+
 class RunReads:
     """Runs, lineage, events, checkpoints, the live feed; wake-up and finish waits."""
 
@@ -123,12 +129,24 @@ class RunReads:
         if not self._core.layout_ok:
             await self._core.read_layout()
         start = "-" if cursor is None else f"({cursor}"
-        key = self._keys.events(run_id)
-        try:
-            entries: Any = await self._core.client.xrange(key, start, "+", count=limit)
-        except ResponseError as e:
-            raise await self._core.unreadable(run_id, key, e, "stream") from None
-        return [_codec.stored_event(str(eid), run_id, fields, key) for eid, fields in entries]
+        # The log, and the audit events trimmed out of it (the run's audit trail,
+        # see the Lua `trim`): they share ids, so a page of each, merged by id, is
+        # a page of the whole history. One round trip: both share the run's slot.
+        keys = (self._keys.events(run_id), self._keys.trail(run_id))
+        async with self._core.client.pipeline(transaction=False) as pipe:
+            for key in keys:
+                pipe.xrange(key, start, "+", count=limit)
+            replies = await pipe.execute(raise_on_error=False)
+        for key, reply in zip(keys, replies, strict=True):
+            if isinstance(reply, ResponseError):
+                raise await self._core.unreadable(run_id, key, reply, "stream")
+        log, trail = replies
+        if not trail:  # the common case: nothing was ever trimmed out
+            return [_codec.stored_event(str(eid), run_id, fields, keys[0]) for eid, fields in log]
+        found = {_event_order(eid): (eid, fields, keys[1]) for eid, fields in trail}
+        found.update({_event_order(eid): (eid, fields, keys[0]) for eid, fields in log})
+        page = [found[order] for order in sorted(found)[:limit]]
+        return [_codec.stored_event(str(eid), run_id, fields, key) for eid, fields, key in page]
 
     async def approvers(self, run_id: str) -> dict[Mailbox, tuple[str, ...]]:
         if not self._core.layout_ok:

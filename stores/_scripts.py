@@ -4,8 +4,8 @@ The scripts are plain Lua files shipped as package data: ``_prelude.lua``
 holds the helper definitions, and each other file is one script's body. A
 script is sent as the prelude definitions it uses, transitively (Redis runs a
 script's whole prelude on every call, ~1 µs a helper), then its body. That is
-worked out once per process; only the event-log cap differs between stores,
-and the sources are cached per cap.
+worked out once per process; only the store's bounds (`StoreLimits`) differ
+between stores, and the sources are cached per bounds.
 
 Rules that keep real Redis and fakeredis in agreement (fakeredis's Lua is not
 Redis's: its cjson differs on empty tables, big numbers and null):
@@ -46,11 +46,15 @@ Error replies are tables ``{'err', code, a, b}``; the store maps the codes to
 
 What the files may use beyond Lua (filled in here):
 - ``K.name``: the key suffix ``name`` of `stores._keys.SUFFIX`, as a literal;
-- ``@EVENTS_MAX@``: the store's ``max_events_per_run``;
+- ``@EVENTS_MAX@``, ``@TRAIL_MAX@``, ``@MESSAGE_MAX@``, ``@PENDING_MAX@``,
+  ``@PENDING_BYTES_MAX@``: the store's bounds (`StoreLimits`: ``max_events_per_run``,
+  ``max_refusals_per_run``, ``max_message_bytes``, ``max_pending_messages``,
+  ``max_pending_bytes``);
 - ``@CLUSTER@``: ``true`` when the store runs on Redis Cluster, else ``false``;
 - the prelude's ``-- @generated`` line: ``ALLOWED`` (the transition table),
-  ``TERMINAL``, ``RUN_KEYS``, ``MAX_PRIORITY`` and ``AUDIT_MAX``, generated from their one
-  Python source;
+  ``TERMINAL``, ``RUN_KEYS``, ``MAX_PRIORITY``, ``AUDIT_MAX`` and ``is_audit`` (which
+  events of a log are audit events: `sdk.store.AUDIT_EVENTS`), generated from their
+  one Python source;
 - a body line ``--@splice NAME``: NAME's body up to its final ``return 1``.
 
 A file's leading comment lines document it and are not sent.
@@ -64,7 +68,7 @@ from collections.abc import Mapping
 from importlib import resources
 from types import MappingProxyType
 
-from sdk.store import TRANSITIONS, RunStatus
+from sdk.store import AUDIT_EVENTS, TRANSITIONS, EventType, RunStatus, StoreLimits
 from sdk.store._audit import MAX_AUDIT_ENTRIES
 from sdk.store._records import MAX_PRIORITY
 from stores._keys import RUN_SUFFIXES, SUFFIX
@@ -85,12 +89,19 @@ def _lua_table() -> str:
     )
     terminal = ", ".join(f"{s.value}=true" for s in RunStatus if s.is_terminal)
     run_keys = ", ".join(repr(SUFFIX[name]) for name in RUN_SUFFIXES)
+    # comparisons, not a table: a table literal would be built at every call
+    audited = " or ".join(f"t == '{t.value}'" for t in sorted(AUDIT_EVENTS))
     return (
         f"local ALLOWED = {{{allowed}}}\n"
         f"local TERMINAL = {{{terminal}}}\n"
         f"local RUN_KEYS = {{{run_keys}}}\n"
         f"local MAX_PRIORITY = {MAX_PRIORITY}\n"
         f"local AUDIT_MAX = {MAX_AUDIT_ENTRIES}\n"
+        "-- Whether an event of type t with data `data` (JSON) is an audit event:\n"
+        "-- sdk.store.AUDIT_EVENTS, and a signal.received of a decision.\n"
+        f"local function is_audit(t, data)\n  return {audited}\n"
+        f"    or (t == '{EventType.SIGNAL_RECEIVED.value}' "
+        "and string.find(data, '\"decision\":', 1, true) ~= nil)\nend\n"
     )
 
 
@@ -184,16 +195,28 @@ def _templates() -> Mapping[str, str]:
     }
 
 
+#: The placeholders of a store's options (`StoreLimits`) in the sources.
+_OPTIONS = {
+    "@EVENTS_MAX@": "max_events_per_run",
+    "@TRAIL_MAX@": "max_refusals_per_run",
+    "@MESSAGE_MAX@": "max_message_bytes",
+    "@PENDING_MAX@": "max_pending_messages",
+    "@PENDING_BYTES_MAX@": "max_pending_bytes",
+}
+
+
 @functools.cache
-def build_scripts(*, events_max: int, cluster: bool = False) -> Mapping[str, str]:
+def build_scripts(
+    limits: StoreLimits = StoreLimits(), *, cluster: bool = False
+) -> Mapping[str, str]:
     """name -> Lua source (the prelude definitions it uses + body), with the
-    store's event log cap and ``CLUSTER`` (whether the store runs on Redis
+    store's bounds (`limits`) and ``CLUSTER`` (whether the store runs on Redis
     Cluster). Cached: the same settings give the same (read-only) mapping."""
-    cap = str(int(events_max))
-    flag = "true" if cluster else "false"
-    return MappingProxyType(
-        {
-            name: src.replace("@EVENTS_MAX@", cap).replace("@CLUSTER@", flag)
-            for name, src in _templates().items()
-        }
-    )
+    values = {k: str(int(getattr(limits, name))) for k, name in _OPTIONS.items()}
+    values["@CLUSTER@"] = "true" if cluster else "false"
+    out = {}
+    for name, src in _templates().items():
+        for placeholder, value in values.items():
+            src = src.replace(placeholder, value)
+        out[name] = src
+    return MappingProxyType(out)

@@ -13,9 +13,11 @@ import secrets
 from collections.abc import Sequence
 from typing import Any
 
+import attrs
 import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError, RedisError, ResponseError, TryAgainError
 
+from sdk.store import StoreLimits
 from sdk.store._records import CorruptData, PartitionsMismatch
 from stores import _decode, _migrating
 from stores._keys import SUFFIX, Keys
@@ -23,7 +25,11 @@ from stores._redispy import ScriptRunner, is_cluster, script_runner, strict_args
 from stores._scripts import build_scripts
 from stores._wakeups import ShardedWaits
 
-__all__ = ["StoreCore", "block_seconds"]
+__all__ = ["STORE_OPTIONS", "StoreCore", "block_seconds"]
+
+#: The options of a store itself (its bounds, `StoreLimits`), as opposed to its
+#: connection pool's: `RedisStore`, `open_store` and ``memory://`` take them.
+STORE_OPTIONS = tuple(a.name for a in attrs.fields(StoreLimits))
 
 
 def block_seconds(timeout: float) -> float:
@@ -50,17 +56,17 @@ class StoreCore:
         prefix: str,
         partitions: int,
         blocking_client: aioredis.Redis | None,
-        max_events_per_run: int,
+        limits: StoreLimits,
     ) -> None:
         self.client = client
         self.blocking_client = blocking_client or client
         self.keys = Keys(prefix, partitions)
-        if max_events_per_run < 100:
-            raise ValueError(f"max_events_per_run must be at least 100, got {max_events_per_run}")
-        self.max_events_per_run = max_events_per_run
+        #: The store's bounds per run (its options; the scripts hold them).
+        self.limits = limits
+        self.max_events_per_run = limits.max_events_per_run
         #: Whether `client` is a Redis Cluster client (scripts then guard against slot migration).
         self.cluster = is_cluster(client)
-        scripts = build_scripts(events_max=max_events_per_run, cluster=self.cluster)
+        scripts = build_scripts(limits, cluster=self.cluster)
         #: redis-py's script objects, by name: their SHA, and their NOSCRIPT reload.
         self.scripts: dict[str, Any] = {
             name: client.register_script(src) for name, src in scripts.items()

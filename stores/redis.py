@@ -64,6 +64,7 @@ from sdk.store import (
     StoredIntent,
     StoredRun,
     StoredSchedule,
+    StoreLimits,
     TickResult,
     WorkerBeat,
 )
@@ -80,7 +81,7 @@ from stores._reads import RunReads
 from stores._redispy import ScriptRunner, unavailable
 from stores._schedules import Schedules
 from stores._starts import Starts
-from stores._storecore import StoreCore
+from stores._storecore import STORE_OPTIONS, StoreCore
 from stores._wakeups import ShardedWaits
 from stores._workers import WorkerBeats
 from stores._writes import FencedWrites
@@ -104,7 +105,15 @@ class RedisStore:
         partitions: how many hash-tag partitions runs spread over (1 unless on a
             Redis Cluster); every process of a deployment must use the same number.
         max_events_per_run: a run's event log keeps about this many newest events
-            (trimmed in blocks of ~100; at least 100).
+            (trimmed in blocks of 100; at least 100). Its audit events are kept
+            past that in its audit trail (`sdk.store.StoreLimits`).
+        max_refusals_per_run: the run's audit trail takes refusals
+            (``auth.denied``) while it holds fewer entries than this (1,000).
+        max_message_bytes: the largest message a caller may leave in a run's
+            mailbox, in bytes of JSON (2 MiB): `PayloadTooLarge` beyond.
+        max_pending_messages: messages a run may hold that its flow has not
+            taken (1,000), and `max_pending_bytes` their bytes together
+            (16 MiB): `MailboxFull` beyond.
         blocking_client: a client for blocking reads (BLPOP wake-ups, BRPOPLPUSH
             result waits, the feed's Pub/Sub), which hold a connection for
             seconds; default `client`. `from_url` gives
@@ -121,13 +130,22 @@ class RedisStore:
     def __init__(
         self, client: aioredis.Redis, *, prefix: str = "sf", partitions: int = 1,
         blocking_client: aioredis.Redis | None = None, max_events_per_run: int = 10_000,
+        max_refusals_per_run: int = 1_000, max_message_bytes: int = 2 * 1024 * 1024,
+        max_pending_messages: int = 1_000, max_pending_bytes: int = 16 * 1024 * 1024,
     ) -> None:  # fmt: skip
+        limits = StoreLimits(
+            max_events_per_run=max_events_per_run,
+            max_refusals_per_run=max_refusals_per_run,
+            max_message_bytes=max_message_bytes,
+            max_pending_messages=max_pending_messages,
+            max_pending_bytes=max_pending_bytes,
+        )
         core = StoreCore(
             client,
             prefix=prefix,
             partitions=partitions,
             blocking_client=blocking_client,
-            max_events_per_run=max_events_per_run,
+            limits=limits,
         )
         self._core = core
         self._starts = Starts(core)
@@ -155,7 +173,9 @@ class RedisStore:
         (default 64) bounds the connections for script calls (every store
         operation), and as many again for other commands: the pool holds up
         to twice that, and a command waits for a free connection rather than
-        failing. ``max_events_per_run`` is the store's own (see the class).
+        failing. ``max_events_per_run``, ``max_refusals_per_run``,
+        ``max_message_bytes``, ``max_pending_messages`` and ``max_pending_bytes``
+        are the store's own (see the class).
         Other keyword arguments go to redis-py's connection pool
         (``ssl_ca_certs=...``, ``socket_timeout=...``).
 
@@ -166,7 +186,8 @@ class RedisStore:
         """
         scheme = urlsplit(url).scheme
         # Options of the store itself, not of the connection pool.
-        caps = {k: kwargs.pop(k) for k in ("max_events_per_run",) if k in kwargs}
+        caps = {k: kwargs.pop(k) for k in STORE_OPTIONS if k in kwargs}
+        StoreLimits(**caps)  # checked before any client or pool exists
         if scheme in CLUSTER_SCHEMES:
             partitions = DEFAULT_PARTITIONS if partitions is None else partitions
             Keys(prefix, partitions)  # checked before any client is made
@@ -176,8 +197,6 @@ class RedisStore:
         else:
             if scheme not in ("redis", "rediss", "unix"):
                 raise ValueError(f"unsupported store URL scheme {scheme!r} in {redact(url)!r}")
-            if any(v < 100 for v in caps.values()):  # before any pool exists
-                raise ValueError("max_events_per_run must be at least 100")
             client, blocking = redis_clients(url, **kwargs)
             partitions = 1 if partitions is None else partitions
         store = cls(client, prefix=prefix, partitions=partitions, blocking_client=blocking, **caps)
@@ -210,6 +229,11 @@ class RedisStore:
     def max_events_per_run(self) -> int:
         """About how many newest events a run's event log keeps."""
         return self._core.max_events_per_run
+
+    @property
+    def limits(self) -> StoreLimits:
+        """The bounds this store holds each run to (its options)."""
+        return self._core.limits
 
     @property
     def _scripts(self) -> dict[str, Any]:

@@ -72,6 +72,7 @@ from typing import Any
 
 import fakeredis
 
+from stores._storecore import STORE_OPTIONS
 from stores.redis import RedisStore
 from testing._fakeconn import DIRECT as _DIRECT
 from testing._fakeconn import MemoryConnection as _MemoryConnection
@@ -391,15 +392,16 @@ def open_memory(url: str, *, prefix: str, partitions: int, **options: Any) -> Re
     """The store ``stores.open_store`` opens for a ``memory://`` `url`: the Redis
     store on a new, empty server (`fake_server`) with its scripts loaded, for
     in-process speed in tests. Only the store's own `options` apply
-    (``max_events_per_run``): there is no connection to tune."""
-    unknown = set(options) - {"max_events_per_run"}
+    (``max_events_per_run`` and the other bounds of `sdk.store.StoreLimits`):
+    there is no connection to tune."""
+    unknown = set(options) - set(STORE_OPTIONS)
     if unknown:
         raise TypeError(f"memory:// takes no connection options, got {sorted(unknown)}")
     return memory_store(fake_server(), prefix=prefix, partitions=partitions, **options)
 
 
 def memory_store(server: fakeredis.FakeServer, **options: Any) -> RedisStore:
-    """A `RedisStore` (``prefix``, ``partitions``, ``max_events_per_run`` in
+    """A `RedisStore` (``prefix``, ``partitions``, its bounds in
     `options`) on the in-process `server`, with its scripts loaded there."""
     from stores._redispy import READ_ERRORS
 

@@ -35,6 +35,7 @@ import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -91,9 +92,10 @@ def key_prefix_fixture() -> str:
 
 
 @contextlib.asynccontextmanager
-async def redis_store(url: str, prefix: str) -> AsyncIterator[RedisStore]:
-    """A RedisStore under `prefix`; every key under it is deleted afterwards."""
-    store = RedisStore.from_url(url, prefix=prefix)
+async def redis_store(url: str, prefix: str, **options: Any) -> AsyncIterator[RedisStore]:
+    """A RedisStore under `prefix` (with the store's `options`); every key under it
+    is deleted afterwards."""
+    store = RedisStore.from_url(url, prefix=prefix, **options)
     try:
         yield store
     finally:

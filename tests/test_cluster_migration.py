@@ -339,7 +339,7 @@ async def test_a_move_that_never_ends_names_the_operation_and_its_run() -> None:
         calls += 1
         raise TryAgainError("Multiple keys request during rehashing of slot")
 
-    source = build_scripts(events_max=10_000, cluster=True)["record"]
+    source = build_scripts(cluster=True)["record"]
     with pytest.raises(_migrating.SlotMoving) as caught:
         await _migrating.call(attempt, source, ["sf:{p0}:run:order-7"], wait=0.2)
     message = str(caught.value)

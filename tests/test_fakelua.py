@@ -373,6 +373,7 @@ LANE_WRITES: list[tuple[object, ...]] = [
     ("XTRIM", "x:st", "MAXLEN", "~", 1), ("XTRIM", "x:st", "MAXLEN", 1),
     ("XTRIM", "nokey", "MAXLEN", 1),
     ("XTRIM", "x:st", "BAD", 1), ("XTRIM", "h", "MAXLEN", 1),
+    ("XTRIM", "x:st", "MINID", "5-0"), ("XTRIM", "x:new", "MINID", "5-2"),
     ("LPUSH", "l", "c"), ("LPUSH", "lnew", "1", 2), ("LPUSH", "l"), ("LPUSH", "h", "a"),
     ("RPUSH", "l", "d", "e"), ("RPUSH", "z", "a"),
     ("LTRIM", "l", 0, 1), ("LTRIM", "l", 5, 10), ("LTRIM", "lnew", 0, "x"),

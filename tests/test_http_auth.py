@@ -177,7 +177,7 @@ async def test_arguments_over_the_serializer_limit_are_refused(env: FlowTestEnv)
             "/v1/runs", json={"flow": "tests.http.greet", "args": ["x" * 2000]}
         )
 
-    assert "over the limit of 1,000 bytes" in problem(answer, 422, "serialization_error")["detail"]
+    assert "over the limit of 1,000 bytes" in problem(answer, 413, "payload_too_large")["detail"]
     assert await env.client.list_runs() == []
 
 

@@ -117,6 +117,16 @@ def test_child_failed_is_a_public_run_failed() -> None:
     assert issubclass(sdk.errors.ChildFailed, sdk.errors.RunFailed)
 
 
+def test_the_bounds_of_a_run_raise_public_errors() -> None:
+    # issue 30: a message too large, a run holding its bound of pending messages
+    assert {"PayloadTooLarge", "MailboxFull"} <= set(sdk.errors.__all__)
+    assert issubclass(sdk.errors.PayloadTooLarge, sdk.errors.SerializationError)
+    too_large = sdk.errors.PayloadTooLarge("too large", 10, 5, "r-1")
+    assert (too_large.size, too_large.limit, too_large.run_id) == (10, 5, "r-1")
+    full = sdk.errors.MailboxFull("r-1", "messages", 1001, 1000)
+    assert (full.run_id, full.bound, full.pending, full.limit) == ("r-1", "messages", 1001, 1000)
+
+
 def test_schedule_not_found_is_a_public_lookup_error() -> None:
     # docs/queues-and-schedules.md "Schedules": an unknown schedule id
     assert "ScheduleNotFound" in sdk.errors.__all__

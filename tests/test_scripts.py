@@ -10,6 +10,7 @@ from pathlib import Path
 import fakeredis
 import pytest
 
+from sdk.store import StoreLimits
 from stores._scripts import _templates, build_scripts, lua_files
 from stores.redis import RedisStore
 
@@ -21,7 +22,7 @@ def test_every_script_the_store_calls_has_a_file() -> None:
     called = set(re.findall(r'\.(?:call|pipelined|each)\(\s*"(\w+)"', source))  # StoreCore's
     called |= set(re.findall(r'scripts\["(\w+)"\]', source))  # run by the lane directly
     assert len(called) >= 20
-    assert called == set(build_scripts(events_max=10_000))
+    assert called == set(build_scripts())
 
 
 def test_every_lua_file_is_package_data() -> None:
@@ -35,13 +36,14 @@ def test_every_lua_file_is_package_data() -> None:
 
 
 def test_a_built_script_has_nothing_left_to_fill_in() -> None:
-    for name, src in build_scripts(events_max=250).items():
-        for leftover in ("@EVENTS_MAX@", "@generated", "--@splice", "K."):
+    for name, src in build_scripts(StoreLimits(max_events_per_run=250)).items():
+        for leftover in ("@generated", "--@splice", "K."):
             assert leftover not in src, (name, leftover)
+        assert not re.search(r"@[A-Z_]+@", src), name  # every option filled in
 
 
 def test_a_script_gets_only_the_helpers_it_uses() -> None:
-    scripts = build_scripts(events_max=10_000)
+    scripts = build_scripts()
     record = scripts["record"]
     for used in ("local function fenced", "local function journaled", "local function emit",
                  "local EVENTS_MAX = 10000"):  # fmt: skip
@@ -52,7 +54,7 @@ def test_a_script_gets_only_the_helpers_it_uses() -> None:
 
 
 def test_record_out_is_record_plus_its_intents() -> None:
-    scripts = build_scripts(events_max=10_000)
+    scripts = build_scripts()
     body = scripts["record"].rsplit("local id = ARGV[2]", 1)[1].rstrip()
     assert body.endswith("return 1")
     assert body[: -len("return 1")].strip() in scripts["record_out"]
@@ -60,10 +62,10 @@ def test_record_out_is_record_plus_its_intents() -> None:
 
 
 async def test_the_scripts_are_built_once_per_process_and_cap() -> None:
-    assert build_scripts(events_max=10_000) is build_scripts(events_max=10_000)
-    capped = build_scripts(events_max=150)
+    assert build_scripts() is build_scripts()
+    capped = build_scripts(StoreLimits(max_events_per_run=150))
     assert "local EVENTS_MAX = 150\n" in capped["record"]
-    assert capped["record"].replace("150", "10000", 1) == build_scripts(events_max=10_000)["record"]
+    assert capped["record"].replace("150", "10000", 1) == build_scripts()["record"]
     before = _templates.cache_info().misses
     for _ in range(3):
         store = RedisStore(fakeredis.FakeAsyncRedis(decode_responses=True), max_events_per_run=321)
@@ -72,7 +74,7 @@ async def test_the_scripts_are_built_once_per_process_and_cap() -> None:
 
 
 def test_the_built_scripts_are_read_only() -> None:
-    scripts = build_scripts(events_max=10_000)
+    scripts = build_scripts()
     with pytest.raises(TypeError):
         scripts["record"] = "return 0"  # type: ignore[index]
 
@@ -81,5 +83,5 @@ def test_a_built_script_names_itself_on_its_first_line() -> None:
     # Redis quotes a script by its SHA only; an error about a stuck slot move
     # names the operation from this line (stores._migrating).
     for cluster in (False, True):
-        for name, src in build_scripts(events_max=10_000, cluster=cluster).items():
+        for name, src in build_scripts(cluster=cluster).items():
             assert src.split("\n", 1)[0] == f"-- steadyflow:{name}"

@@ -32,7 +32,7 @@ from cattrs.preconf.json import make_converter
 from sdk._core._hashing import hashing_converter, request_hash
 from sdk._core._limits import INT_MAX, INT_MIN, Problem, TooLarge, clip, scan, short, utf8_len
 from sdk._core._serde import acyclic_encoder, configure, find_loaded, loads, type_path
-from sdk.errors import SerializationError
+from sdk.errors import PayloadTooLarge, SerializationError
 
 __all__ = ["Serializer"]
 
@@ -64,7 +64,8 @@ class Serializer:
     shows it cut short: a reference cycle, nesting deeper than 64 containers,
     a ``nan`` or ``inf``, an int outside the signed 64-bit range, a string or
     key that is not valid Unicode text (a lone surrogate), JSON text over
-    `max_payload_bytes`, and a value that would not come back equal on replay.
+    `max_payload_bytes` (`PayloadTooLarge`, a `SerializationError`), and a value
+    that would not come back equal on replay.
 
     Args:
         converter: the cattrs converter to use; default a new one made by
@@ -299,16 +300,18 @@ class Serializer:
         if size > self.max_payload_bytes:
             raise self._too_large(size, what, at_least=False)
 
-    def _too_large(self, size: int, what: str, *, at_least: bool) -> SerializationError:
-        return SerializationError(
+    def _too_large(self, size: int, what: str, *, at_least: bool) -> PayloadTooLarge:
+        return PayloadTooLarge(
             f"{_name(what)}: its JSON text is {'at least ' if at_least else ''}{size:,} "
             f"bytes, over the limit of {self.max_payload_bytes:,} bytes "
             "(Serializer(max_payload_bytes=...)); keep large data elsewhere (a blob store, "
-            "a table) and store a reference to it"
+            "a table) and store a reference to it",
+            size,
+            self.max_payload_bytes,
         )
 
     def check_size(self, text: str, what: str) -> None:
-        """Raise `SerializationError` if JSON `text` (e.g. all of a call's arguments
+        """Raise `PayloadTooLarge` if JSON `text` (e.g. all of a call's arguments
         together) is over `max_payload_bytes`."""
         if len(text) > self.max_payload_bytes // 4:  # short ASCII text: no need to count
             self._check_size(utf8_len(text), what)

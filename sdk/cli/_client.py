@@ -37,6 +37,7 @@ from sdk.errors import (
     IdempotencyConflict,
     InvalidArgument,
     InvalidTransition,
+    MailboxFull,
     NotWaiting,
     QueueFull,
     RunNotFound,
@@ -65,6 +66,7 @@ _EXITS: tuple[tuple[type[BaseException], ExitCode], ...] = (
     (NotWaiting, ExitCode.REFUSED),
     (IdempotencyConflict, ExitCode.REFUSED),
     (QueueFull, ExitCode.REFUSED),
+    (MailboxFull, ExitCode.REFUSED),
     (InvalidArgument, ExitCode.USAGE),
     (SerializationError, ExitCode.USAGE),
     (PartitionsMismatch, ExitCode.USAGE),  # --partitions is not the deployment's

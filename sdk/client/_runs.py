@@ -16,7 +16,9 @@ from sdk.errors import (
     IdempotencyConflict,
     InvalidTransition,
     LeaseLost,
+    MailboxFull,
     NotWaiting,
+    PayloadTooLarge,
     RunNotFound,
     SteadyflowError,
 )
@@ -213,6 +215,18 @@ def refusal_error(run_id: str, refused: Refused, *, what: str = "") -> Steadyflo
         return IdempotencyConflict(f"run {run_id!r} already exists")
     if why is Refusal.CORRUPT:
         return CorruptRecord(run_id, refused.key or "", refused.detail or "")
+    if why is Refusal.TOO_LARGE:
+        size, limit = refused.size or 0, refused.limit or 0
+        box = f"mailbox {what!r}" if what else "its mailbox"
+        return PayloadTooLarge(
+            f"run {run_id!r}: a message for {box} of {size:,} bytes of JSON is over the "
+            f"store's limit of {limit:,} bytes per message (max_message_bytes); keep large "
+            "data elsewhere and send a reference to it",
+            size, limit, run_id,
+        )  # fmt: skip
+    if why is Refusal.FULL:
+        return MailboxFull(run_id, refused.detail or "messages", refused.size or 0,
+                           refused.limit or 0)  # fmt: skip
     if why is Refusal.CHANGED:
         return SteadyflowError(f"run {run_id!r} kept changing while it was read; try again")
     return LeaseLost(f"run {run_id!r}: lease lost; nothing was written")

@@ -10,9 +10,10 @@ from typing import TYPE_CHECKING, Any
 
 from sdk._core._checks import check_id, check_new_run_id, check_optional_id
 from sdk._core._serde import dumps
-from sdk.errors import Forbidden, RunNotFound
+from sdk.client._runs import refusal_error
+from sdk.errors import Forbidden, RunNotFound, SteadyflowError
 from sdk.model._events import check_event_data, event_mailbox, json_data, run_id_for, tokens_for
-from sdk.store import EventDelivered, EventType, Refused
+from sdk.store import EventDelivered, EventType, Refusal, Refused
 
 if TYPE_CHECKING:
     from sdk.client._clientcore import ClientCore
@@ -63,12 +64,21 @@ class EventSender:
                 run_id, token, event_mailbox(token), payload, f"~event:{token}:{eid}",
                 now=now, event_data=event_data,
             )  # fmt: skip
-            if isinstance(reply, Refused):  # a damaged run does not stop the others
-                log.warning("event %r not delivered to run %r: %s", name, run_id, reply)
+            if isinstance(reply, Refused):
+                if reply.why is Refusal.TOO_LARGE:  # too large for every run
+                    too_large.append(refusal_error(run_id, reply, what=name))
+                    return None
+                # a damaged run, or one that holds its bound of messages
+                # (MailboxFull), does not stop the others
+                log.warning("event %r not delivered to run %r: %s", name, run_id,
+                            refusal_error(run_id, reply))  # fmt: skip
                 return None
             return run_id if reply is EventDelivered.DELIVERED else None
 
+        too_large: list[SteadyflowError] = []
         done = await asyncio.gather(*(deliver(t, r) for t, r in listeners))
+        if too_large:
+            raise too_large[0]
         delivered = sorted({r for r in done if r is not None})
         started = []
         for fd, run_id in triggered:

@@ -57,7 +57,7 @@ class RunSteering:
             now=core.clock.time(), event_data=dumps(event),
         )  # fmt: skip
         if isinstance(reply, Refused):
-            raise refusal_error(run_id, reply)
+            raise refusal_error(run_id, reply, what=name)
         return reply or dedup_id is None
 
     async def decide(

@@ -23,7 +23,9 @@ from sdk.errors import (
     InvalidArgument,
     InvalidTransition,
     LeaseLost,
+    MailboxFull,
     NotWaiting,
+    PayloadTooLarge,
     QueueFull,
     RunNotFound,
     ScheduleNotFound,
@@ -61,6 +63,7 @@ class ErrorCode(enum.StrEnum):
     IDEMPOTENCY_CONFLICT = "idempotency_conflict"
     QUEUE_FULL = "queue_full"
     TOO_MANY_STREAMS = "too_many_streams"
+    MAILBOX_FULL = "mailbox_full"
     LEASE_LOST = "lease_lost"
     CORRUPT_RECORD = "corrupt_record"
     STORE_UNAVAILABLE = "store_unavailable"
@@ -82,13 +85,14 @@ STATUS: dict[ErrorCode, tuple[int, str]] = {
     ErrorCode.INVALID_JSON: (400, "Request body is not valid JSON"),
     ErrorCode.INVALID_ARGUMENT: (422, "Invalid argument"),
     ErrorCode.SERIALIZATION_ERROR: (422, "Value cannot be stored"),
-    ErrorCode.PAYLOAD_TOO_LARGE: (413, "Request body too large"),
+    ErrorCode.PAYLOAD_TOO_LARGE: (413, "Payload too large"),
     ErrorCode.UNSUPPORTED_MEDIA_TYPE: (415, "Request body is not JSON"),
     ErrorCode.INVALID_TRANSITION: (409, "Invalid lifecycle transition"),
     ErrorCode.NOT_WAITING: (409, "Run is not waiting for that"),
     ErrorCode.IDEMPOTENCY_CONFLICT: (409, "Idempotency conflict"),
     ErrorCode.QUEUE_FULL: (429, "Queue full"),
     ErrorCode.TOO_MANY_STREAMS: (429, "Too many live streams"),
+    ErrorCode.MAILBOX_FULL: (429, "Run holds its bound of pending messages"),
     ErrorCode.LEASE_LOST: (409, "Lease lost"),
     ErrorCode.CORRUPT_RECORD: (500, "Stored data is damaged"),
     ErrorCode.STORE_UNAVAILABLE: (503, "Store unavailable"),
@@ -105,9 +109,11 @@ _EXCEPTIONS: tuple[tuple[type[SteadyflowError], ErrorCode], ...] = (
     (NotWaiting, ErrorCode.NOT_WAITING),
     (IdempotencyConflict, ErrorCode.IDEMPOTENCY_CONFLICT),
     (QueueFull, ErrorCode.QUEUE_FULL),
+    (MailboxFull, ErrorCode.MAILBOX_FULL),
     (LeaseLost, ErrorCode.LEASE_LOST),
     (CorruptRecord, ErrorCode.CORRUPT_RECORD),
     (InvalidArgument, ErrorCode.INVALID_ARGUMENT),
+    (PayloadTooLarge, ErrorCode.PAYLOAD_TOO_LARGE),
     (SerializationError, ErrorCode.SERIALIZATION_ERROR),
 )
 

@@ -125,8 +125,8 @@ def routes() -> tuple[Route, ...]:
     return (
         Route("POST", "/v1/runs", "startRun", "Start a run of a registered flow", runs.start_run,
               "runs", status=201, response=_RUN, body=START_BODY,
-              errors=(E.FLOW_NOT_FOUND, E.SERIALIZATION_ERROR, E.IDEMPOTENCY_CONFLICT,
-                      E.QUEUE_FULL, E.FORBIDDEN),
+              errors=(E.FLOW_NOT_FOUND, E.SERIALIZATION_ERROR, E.PAYLOAD_TOO_LARGE,
+                      E.IDEMPOTENCY_CONFLICT, E.QUEUE_FULL, E.FORBIDDEN),
               description="The arguments are checked against the flow's signature and "
               "rebuilt into its annotated types before anything is written. The same run_id "
               "with the same arguments returns the existing run. The caller needs the "
@@ -180,7 +180,8 @@ def routes() -> tuple[Route, ...]:
               body=_obj({"payload": _ANY, "dedup_id": _ID}),
               response=_obj({"run_id": _ID, "name": _ID, "delivered": {"type": "boolean"}},
                             "run_id", "name", "delivered"),
-              errors=(*_STEER_ERRORS, E.SERIALIZATION_ERROR)),
+              errors=(*_STEER_ERRORS, E.SERIALIZATION_ERROR, E.PAYLOAD_TOO_LARGE,
+                      E.MAILBOX_FULL)),
         *(
             Route("POST", f"/v1/runs/{{run_id}}/{verb}/{{name}}", f"{verb}Run",
                   f"{verb.capitalize()} a human wait (the actor is the caller)",
@@ -188,7 +189,8 @@ def routes() -> tuple[Route, ...]:
                   params=(_RUN_ID, _NAME), body=_DECISION, body_required=False,
                   response=_obj({"run_id": _ID, "name": _ID, "approved": {"type": "boolean"},
                                  "actor": _ID}, "run_id", "name", "approved", "actor"),
-                  errors=(*_STEER_ERRORS, E.NOT_WAITING, E.SERIALIZATION_ERROR))
+                  errors=(*_STEER_ERRORS, E.NOT_WAITING, E.SERIALIZATION_ERROR,
+                          E.PAYLOAD_TOO_LARGE))
             for verb in ("approve", "deny")
         ),
         Route("POST", "/v1/runs/{run_id}/cancel", "cancelRun", "Cancel a run", act.cancel,
@@ -213,7 +215,7 @@ def routes() -> tuple[Route, ...]:
               act.send_event, "steering",
               body=_obj({"name": _ID, "data": _EVENT_DATA, "event_id": _ID}, "name"),
               response=_obj({"run_ids": {"type": "array", "items": _ID}}, "run_ids"),
-              errors=(E.SERIALIZATION_ERROR, E.FORBIDDEN)),
+              errors=(E.SERIALIZATION_ERROR, E.PAYLOAD_TOO_LARGE, E.FORBIDDEN)),
         Route("GET", "/v1/queues", "listQueues", "Queues: depth, executing, limits",
               act.list_queues, "operations", response=_list_of("queues", ref("QueueInfo"))),
         Route("GET", "/v1/workers", "listWorkers", "Live workers, from their heartbeats",

@@ -4,6 +4,7 @@ it (see `sdk.store._protocol`). The engine and the client call a `Store`;
 but this package and `sdk._core`."""
 
 from sdk.store._protocol import (
+    AUDIT_EVENTS,
     MAX_AUDIT_ENTRIES,
     RESUMABLE,
     TRANSITIONS,
@@ -51,14 +52,17 @@ from sdk.store._protocol import (
     StoredIntent,
     StoredRun,
     StoredSchedule,
+    StoreLimits,
     TickKind,
     TickResult,
     TickStart,
     WorkerBeat,
     WorkerRegistry,
+    is_audit_event,
 )
 
 __all__ = [
+    "AUDIT_EVENTS",
     "MAX_AUDIT_ENTRIES",
     "RESUMABLE",
     "TRANSITIONS",
@@ -100,6 +104,7 @@ __all__ = [
     "StartOutcome",
     "StepEvent",
     "Store",
+    "StoreLimits",
     "StoredAuditEntry",
     "StoredCheckpoint",
     "StoredEvent",
@@ -111,4 +116,5 @@ __all__ = [
     "TickStart",
     "WorkerBeat",
     "WorkerRegistry",
+    "is_audit_event",
 ]

@@ -92,7 +92,8 @@ class EventStore(Protocol):
         ``event.delivered`` event; the run woken if it waits on it). Safe to
         repeat: the dedup id makes a second call `DUPLICATE`. A run that does
         not listen there (ended, gone, stopped waiting) is `NOT_LISTENING` and
-        taken off the index of `token`. `Refused` (`CORRUPT`) for damaged data."""
+        taken off the index of `token`. `Refused` (`CORRUPT`) for damaged data;
+        `TOO_LARGE` or `FULL` past the store's bounds on mailboxes, as `signal`."""
         ...
 
 
@@ -100,9 +101,11 @@ class HistoryReads(Protocol):
     """Reading a run's history, and waiting for runs to be ready or to finish."""
 
     async def events(self, run_id: str, cursor: str | None, limit: int) -> list[StoredEvent]:
-        """A page of a run's events after `cursor` (exclusive), oldest first.
-        `CorruptData` when the log or an entry of the page cannot be read (its
-        detail names the entry: the next page starts after it)."""
+        """A page of a run's events after `cursor` (exclusive), oldest first: what
+        its log keeps, with the audit events trimmed out of it (its audit trail,
+        see `StoreLimits`) in their places. `CorruptData` when the log, the trail
+        or an entry of the page cannot be read (its detail names the entry: the
+        next page starts after it)."""
         ...
 
     async def checkpoints(self, run_id: str) -> list[StoredCheckpoint]:

@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from sdk.store._audit import MAX_AUDIT_ENTRIES, AuditLog, AuditStore, StoredAuditEntry
+from sdk.store._limits import AUDIT_EVENTS, StoreLimits, is_audit_event
 from sdk.store._parts import (
     ChildStore,
     EventStore,
@@ -79,6 +80,7 @@ from sdk.store._schedules import (
 from sdk.store._statuses import RESUMABLE, TRANSITIONS, CheckpointKind, EventType, RunStatus
 
 __all__ = [
+    "AUDIT_EVENTS",
     "MAX_AUDIT_ENTRIES",
     "RESUMABLE",
     "TRANSITIONS",
@@ -120,6 +122,7 @@ __all__ = [
     "StartOutcome",
     "StepEvent",
     "Store",
+    "StoreLimits",
     "StoredAuditEntry",
     "StoredCheckpoint",
     "StoredEvent",
@@ -131,6 +134,7 @@ __all__ = [
     "TickStart",
     "WorkerBeat",
     "WorkerRegistry",
+    "is_audit_event",
 ]
 
 
@@ -159,6 +163,12 @@ class Store(
     activation's writes, history reads); claims and ticks report it
     (`Claim.damage`, `TickResult.damaged`) for the engine to `quarantine`.
     """
+
+    @property
+    def limits(self) -> StoreLimits:
+        """The bounds this store holds each run to: its event log and audit trail,
+        its mailboxes (`StoreLimits`)."""
+        ...
 
     # -- runs ------------------------------------------------------------------
 
@@ -481,7 +491,14 @@ class Store(
         must be waiting on that mailbox (`NOT_WAITING`) and the actor among its
         approvers if the wait names some (`FORBIDDEN`, audited). A finished run:
         `TRANSITION`. Without a `dedup_id`, a repeated call delivers a second
-        signal."""
+        signal.
+
+        The bounds of `limits`, checked in the same atomic step as the write:
+        a `payload` over ``max_message_bytes`` is `TOO_LARGE`; a signal to a run
+        that holds ``max_pending_messages`` messages its flow has not taken, or
+        would hold more than ``max_pending_bytes``, is `FULL` (a decision is
+        not: the run waits for it). A child's outcome (mailbox ``~child:<id>``,
+        delivered by the engine) is not bounded."""
         ...
 
     async def audit(

@@ -384,6 +384,8 @@ class Refusal(enum.Enum):
     EXISTS = "exists"  # the new run's id is taken
     CORRUPT = "corrupt"  # the run's stored data cannot be worked with (`key`, `detail`)
     CHANGED = "changed"  # the run changed since the caller read it (`status`: now): read again
+    TOO_LARGE = "too_large"  # a message over `StoreLimits.max_message_bytes` (`size`, `limit`)
+    FULL = "full"  # the run holds its pending messages (`detail`: "messages" or "bytes")
 
 
 @attrs.frozen
@@ -395,7 +397,9 @@ class Refused:
     requested: RunStatus | None = None
     actor: str | None = None
     key: str | None = None  # CORRUPT: the damaged key
-    detail: str | None = None  # CORRUPT: what is wrong with it
+    detail: str | None = None  # CORRUPT: what is wrong with it; FULL: which bound
+    size: int | None = None  # TOO_LARGE: the message's bytes; FULL: what the run holds
+    limit: int | None = None  # TOO_LARGE, FULL: the bound
 
 
 @attrs.frozen

@@ -3,10 +3,12 @@
 -- with the comment lines right above it; stores._scripts assembles them once.
 --
 -- Filled in when the scripts are built:
--- - @EVENTS_MAX@: the store's max_events_per_run;
+-- - @EVENTS_MAX@, @TRAIL_MAX@, @MESSAGE_MAX@, @PENDING_MAX@, @PENDING_BYTES_MAX@:
+--   the store's bounds (sdk.store.StoreLimits);
 -- - @CLUSTER@: true when the store runs on Redis Cluster, else false;
--- - the `@generated` line: ALLOWED (the transition table), TERMINAL and
---   RUN_KEYS, generated from their one Python source;
+-- - the `@generated` line: ALLOWED (the transition table), TERMINAL,
+--   RUN_KEYS, MAX_PRIORITY, AUDIT_MAX and is_audit, generated from their one
+--   Python source;
 -- - K.name: the key suffix itself (a table of them would be built per call).
 --
 -- Rules that keep real Redis and fakeredis in agreement: see stores._scripts.
@@ -15,9 +17,16 @@
 local P = ARGV[1]
 local unpack = unpack or table.unpack
 local EVENTS_MAX = @EVENTS_MAX@
+-- The store's max_refusals_per_run: refusals go to a run's audit trail while it holds fewer.
+local TRAIL_MAX = @TRAIL_MAX@
+-- The store's bounds on the messages callers leave in a run's mailboxes:
+-- max_message_bytes, max_pending_messages, max_pending_bytes (see admit).
+local MESSAGE_MAX = @MESSAGE_MAX@
+local PENDING_MAX = @PENDING_MAX@
+local PENDING_BYTES_MAX = @PENDING_BYTES_MAX@
 -- Whether the store runs on Redis Cluster (scripts then guard against slot migration).
 local CLUSTER = @CLUSTER@
--- @generated: ALLOWED, TERMINAL, RUN_KEYS, MAX_PRIORITY, AUDIT_MAX (stores._scripts._lua_table)
+-- @generated: ALLOWED, TERMINAL, RUN_KEYS, MAX_PRIORITY, AUDIT_MAX, is_audit (stores._scripts._lua_table)
 
 local function rk(id) return P .. K.run .. id end
 -- run ids may contain ':', so the mailbox key length-prefixes the id
@@ -247,12 +256,48 @@ local function fenced(id, fence)
   return run
 end
 
+-- Trim run `id`'s log `log` to its EVENTS_MAX newest events once it holds 100
+-- more (one XRANGE and one XTRIM per 100 events). The audit events about to go
+-- (is_audit: who changed the run, and refusals) are first kept in the run's
+-- audit trail (K.trail), with their ids, which no trim touches: reads merge it
+-- back (RunReads.events). Flooding a run with signals cannot erase them.
+-- Refusals, which any caller can provoke, are kept only while the trail holds
+-- fewer than TRAIL_MAX entries (the first ones stay); changes always are. A
+-- trail that is not a stream leaves the log untrimmed: no audit event is
+-- dropped unkept (reads report the damage).
+local function trim(id, log)
+  local n = redis.call('XLEN', log)
+  if n < EVENTS_MAX + 100 then return end
+  local trail = P .. K.trail .. id
+  if mistyped(trail, 'stream') then return end
+  -- the oldest n - EVENTS_MAX go; the entry after them is the first one kept
+  local old = redis.call('XRANGE', log, '-', '+', 'COUNT', n - EVENTS_MAX + 1)
+  local kept = nil  -- the trail's length, once a refusal asks
+  for i = 1, #old - 1 do
+    local f = old[i][2]  -- type, at, then step and data if any
+    local data = f[#f - 1] == 'data' and f[#f] or ''
+    if is_audit(f[2], data) then
+      local keep = true
+      if f[2] == 'auth.denied' then
+        kept = kept or redis.call('XLEN', trail)
+        keep = kept < TRAIL_MAX
+      end
+      -- the log's ids only grow, so each fits; an id the trail is already past
+      -- (written there by hand) fails alone, not the script after its writes
+      if keep and type(redis.pcall('XADD', trail, old[i][1], unpack(f))) == 'string' then
+        kept = kept and kept + 1
+      end
+    end
+  end
+  redis.call('XTRIM', log, 'MINID', old[#old][1])
+end
+
 -- Append an event to the run's log and publish it on the partition's feed.
 -- Fields, not JSON: `data` is JSON made by the client and passed through.
--- The log is capped (MAXLEN ~ EVENTS_MAX) by a separate XTRIM: trimming costs
--- an XADD several µs, so an event that comes with a numbered write (`seq`: a
--- journal write's number, or an optional step_started checkpoint's id) trims
--- only at every 100th; every other event trims at once.
+-- The log is capped by trim(): checking its length costs a command, so an
+-- event that comes with a numbered write (`seq`: a journal write's number, or
+-- an optional step_started checkpoint's id) checks only at every 100th; every
+-- other event at once.
 local function emit(id, etype, at, step, data, seq)
   step, data = step or '', data or ''
   local log = P .. K.events .. id
@@ -266,9 +311,7 @@ local function emit(id, etype, at, step, data, seq)
   else
     eid = redis.call('XADD', log, '*', 'type', etype, 'at', at, 'step', step, 'data', data)
   end
-  if not seq or tonumber(seq) % 100 == 0 then
-    redis.call('XTRIM', log, 'MAXLEN', '~', EVENTS_MAX)
-  end
+  if not seq or tonumber(seq) % 100 == 0 then trim(id, log) end
   -- Live followers get it by Pub/Sub (nothing stored; nearly free with no
   -- subscriber): fields "<byte length>:<bytes>" in the order run, event id,
   -- type, at, step, data. They look trace and tenant ids up once per run.
@@ -547,6 +590,59 @@ local function entomb(id, now, grace)
   redis.call('HSET', P .. K.gone .. id, unpack(kept))
   finished(id, 'completed', now)
   redis.call('ZADD', P .. K.expiry, grace, id)
+end
+
+-- Whether mailbox `box` ("s:<name>" or "h:<name>") counts against a run's
+-- bounds on messages: a child's outcome (s:~child:<id>) does not, so that it
+-- always reaches its parent; one per child, of a size its result was held to.
+local function bounded(box) return string.sub(box, 1, 9) ~= 's:~child:' end
+
+-- Whether run `id` may take `payload` into mailbox `box`: nil, else the refusal
+-- (the script returns it before its first write). A decision (approve/deny)
+-- needs the run to wait for it, so it never piles up: only its size counts.
+-- The run keeps the count and bytes of the messages it holds on its record
+-- (mail_n, mail_b: tally), so the check is O(1), in the script that writes:
+-- concurrent callers cannot slip past it.
+local function admit(id, box, payload, decision)
+  if not bounded(box) then return nil end
+  local size = #payload
+  if size > MESSAGE_MAX then
+    return {'err', 'too_large', tostring(size), tostring(MESSAGE_MAX)}
+  end
+  if decision then return nil end
+  local c = redis.call('HMGET', rk(id), 'mail_n', 'mail_b')
+  local n, b = tonumber(c[1]) or 0, tonumber(c[2]) or 0
+  if n >= PENDING_MAX then
+    return {'err', 'full', 'messages', string.format('%.0f', n + 1), tostring(PENDING_MAX)}
+  end
+  if b + size > PENDING_BYTES_MAX then
+    return {'err', 'full', 'bytes', string.format('%.0f', b + size), tostring(PENDING_BYTES_MAX)}
+  end
+  return nil
+end
+
+-- Count `dn` messages of `db` bytes into (negative: out of) run `id`'s mail
+-- (mail_n, mail_b on its record), for a bounded mailbox `box`. Never below 0; a
+-- field that is not a number counts as 0 (this write repairs it).
+local function tally(id, box, dn, db)
+  if not bounded(box) then return end
+  local key = rk(id)
+  local c = redis.call('HMGET', key, 'mail_n', 'mail_b')
+  redis.call('HSET', key,
+             'mail_n', string.format('%.0f', math.max(0, (tonumber(c[1]) or 0) + dn)),
+             'mail_b', string.format('%.0f', math.max(0, (tonumber(c[2]) or 0) + db)))
+end
+
+-- Delete mailbox `box` of run `id`, tallying out what it still holds.
+local function drop_box(id, box)
+  local mb = mbk(id, box)
+  local n = redis.pcall('LLEN', mb)
+  if bounded(box) and type(n) == 'number' and n > 0 then
+    local b = 0
+    for _, v in ipairs(redis.call('LPOP', mb, n)) do b = b + #v end
+    tally(id, box, -n, -b)
+  end
+  redis.call('DEL', mb)
 end
 
 local function wake_run(id)

@@ -13,7 +13,7 @@ local function unwatch()
   redis.call('HDEL', w, ARGV[4])
   for _, b in ipairs(redis.call('HVALS', w)) do if b == ARGV[5] then return end end
   redis.call('SREM', P .. K.evindex .. index, id)
-  redis.call('DEL', mbk(id, ARGV[5]))
+  drop_box(id, ARGV[5])
 end
 local bad = badnum(ARGV[6], 'now') or badnum(ARGV[7], 'deadline', false, true)
 if bad then return err('invalid', bad) end
@@ -43,6 +43,7 @@ if index ~= '' then
 end
 local v = redis.call('LPOP', mbk(id, ARGV[5]))
 if v then
+  tally(id, ARGV[5], -1, -#v)
   unwatch()
   journaled(id, run, KEYS[2], ARGV[4], ARGV[8] .. v .. '}')
   emit(id, 'wait.completed', ARGV[6], ARGV[4], '', run[3])

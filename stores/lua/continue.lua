@@ -30,7 +30,8 @@ if bad then return err('corrupt', where, bad) end
 local h = redis.call('HGETALL', key)
 local kept = {}
 local skip = {lease_owner = true, lease_exp = true, deadline = true, result = true,
-              result_type = true, error = true, reason = true, slot = true}
+              result_type = true, error = true, reason = true, slot = true,
+              mail_n = true, mail_b = true}  -- the mailboxes stay with the run
 for i = 1, #h, 2 do
   if not skip[h[i]] then kept[#kept + 1] = h[i]; kept[#kept + 1] = h[i + 1] end
 end
@@ -50,7 +51,7 @@ expire(arch, now, '')
 -- the live run: the next generation, from an empty journal. Its wait_for_event
 -- calls that still listen (a race's losers) ended with the generation: they stop
 -- listening, and events delivered for them go (index entries go at the next send).
-for _, box in ipairs(redis.call('HVALS', watch)) do redis.call('DEL', mbk(id, box)) end
+for _, box in ipairs(redis.call('HVALS', watch)) do drop_box(id, box) end
 redis.call('DEL', watch, P .. K.waits .. id)
 redis.call('ZREM', P .. K.timers, id)
 redis.call('HDEL', key, 'current_step', 'resume_from_checkpoint_id', 'lease_owner', 'lease_exp')

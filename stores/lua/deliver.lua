@@ -3,7 +3,7 @@
 -- while one of its wait_for_event calls listens on that mailbox; an index entry
 -- of a run that no longer listens (it ended, was deleted, or stopped waiting)
 -- is dropped here. Answers {1} delivered, {0} the dedup id was seen, {2} not
--- listening.
+-- listening; an event past the store's bounds (admit) is refused.
 local id = ARGV[2]
 local bad = badnum(ARGV[7], 'now')
 if bad then return err('invalid', bad) end
@@ -26,9 +26,13 @@ if not listening then
   redis.call('SREM', P .. K.evindex .. ARGV[3], id)
   return {2}
 end
-if redis.call('SADD', P .. K.dedup .. id, ARGV[6]) == 0 then return {0} end
+if redis.call('SISMEMBER', P .. K.dedup .. id, ARGV[6]) == 1 then return {0} end
+local full = admit(id, ARGV[4], ARGV[5], false)
+if full then return full end
+redis.call('SADD', P .. K.dedup .. id, ARGV[6])
 redis.call('RPUSH', mbk(id, ARGV[4]), ARGV[5])
 redis.call('SADD', P .. K.mailboxes .. id, ARGV[4])
+tally(id, ARGV[4], 1, #ARGV[5])
 emit(id, 'event.delivered', ARGV[7], '', ARGV[8])
 if (st == 'waiting_for_signal' or st == 'waiting_for_human')
     and redis.call('SISMEMBER', P .. K.waits .. id, ARGV[4]) == 1 then

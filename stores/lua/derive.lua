@@ -42,6 +42,7 @@ for j = at + 1, at + 3 * nm, 3 do
   redis.call('RPUSH', mbk(id, ARGV[j]), ARGV[j + 1])
   redis.call('SADD', P .. K.mailboxes .. id, ARGV[j])
   redis.call('SADD', P .. K.dedup .. id, ARGV[j + 2])
+  tally(id, ARGV[j], 1, #ARGV[j + 1])
 end
 for j = at + 1 + 3 * nm, #ARGV, 2 do redis.call('HSET', P .. K.lineage .. id, ARGV[j], ARGV[j + 1]) end
 move(id, 'pending')

@@ -1,5 +1,6 @@
 -- KEYS: run. ARGV: P, id, mailbox, payload JSON, dedup id|'', now, event data,
 --       '1' for a decision (the run must be waiting on that mailbox)|'', actor
+-- A message past the store's bounds (admit) is refused, writing nothing.
 local id = ARGV[2]
 local bad = badnum(ARGV[6], 'now')
 if bad then return err('invalid', bad) end
@@ -29,9 +30,12 @@ if ARGV[8] == '1' then
     return err('forbidden', ARGV[9])
   end
 end
+local full = admit(id, ARGV[3], ARGV[4], ARGV[8] == '1')
+if full then return full end
 if ARGV[5] ~= '' then redis.call('SADD', P .. K.dedup .. id, ARGV[5]) end
 redis.call('RPUSH', mbk(id, ARGV[3]), ARGV[4])
 redis.call('SADD', P .. K.mailboxes .. id, ARGV[3])
+tally(id, ARGV[3], 1, #ARGV[4])
 emit(id, 'signal.received', ARGV[6], '', ARGV[7])
 if (st == 'waiting_for_signal' or st == 'waiting_for_human')
     and redis.call('SISMEMBER', P .. K.waits .. id, ARGV[3]) == 1 then

@@ -36,6 +36,7 @@ if _absent:  # an ImportError, as for any optional dependency
     raise ImportError(needs_extra("testing.conformance", _absent))
 
 from testing.conformance._audit import AuditChecks  # noqa: E402
+from testing.conformance._bounds import BoundChecks  # noqa: E402
 from testing.conformance._cancels import CancelRequestChecks  # noqa: E402
 from testing.conformance._claims import ClaimChecks  # noqa: E402
 from testing.conformance._consume import ConsumeChecks  # noqa: E402
@@ -88,6 +89,7 @@ class StoreConformance(
     ScheduleChecks,
     StickyChecks,
     AuditChecks,
+    BoundChecks,
 ):
     """Every check of the store protocol, for pytest to collect in a subclass.
 
