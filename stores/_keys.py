@@ -25,7 +25,7 @@ import re
 import zlib
 
 __all__ = [
-    "MAX_PARTITIONS", "RUN_SUFFIXES", "SHARED_SUFFIXES", "SLOTS", "SUFFIX", "Keys",
+    "MAX_PARTITIONS", "RUN_SUFFIXES", "SHARED_SUFFIXES", "SHARED_TYPES", "SLOTS", "SUFFIX", "Keys",
     "partition_tags", "slot",
 ]  # fmt: skip
 
@@ -69,6 +69,9 @@ SUFFIX = {
     "deadlines": "deadlines",  # ZSET  run id -> when it times out (@flow(timeout=), from its start)
     "cancels": "cancels",  # ZSET  run id -> when its cancel request's grace ends (then forced)
     "repair": "repair",  # HASH  the repair pass's cursor: status, run id, score, next pass due
+    # A shared key of the wrong type that the repair pass set aside (+ the key's
+    # name after the base: dmg:q:default), for inspection; it started over.
+    "damaged": "dmg:",  # ANY   the damaged value, as found (the latest one of that key)
     # The outbox. An intent outlives its run until it is delivered: its hash is
     # not a per-run key (deleting a run drops its settled intents only).
     "intents": "obr:",  # SET   the run's outbox intent ids (+ run id)
@@ -108,10 +111,22 @@ RUN_SUFFIXES = (
 #: The suffixes of the keys a partition's runs share (indexes, queues, feed, outbox).
 SHARED_SUFFIXES = (
     "feed", "queue", "wake", "swake", "bell", "status", "queues", "seq", "timers", "leases", "runs",
-    "expiry", "deadlines", "cancels", "repair", "intent", "outbox", "outbox_wake", "intent_seq",
-    "schedule", "schedules", "sched_due", "audit", "denied",
+    "expiry", "deadlines", "cancels", "repair", "damaged", "intent", "outbox", "outbox_wake",
+    "intent_seq", "schedule", "schedules", "sched_due", "audit", "denied",
     "workers", "worker", "evindex", "evshapes", "children", "qslots", "qkeyed", "qrate",
 )  # fmt: skip
+
+
+#: The type of each key a partition's runs share under a fixed name (besides the
+#: per-status indexes, and the queues and wake-up lists named by the list of
+#: queues): a script that Redis stopped with WRONGTYPE is blamed on the first of
+#: them that holds another (`StoreCore.shared_damage`).
+SHARED_TYPES = {
+    "queues": "set", "seq": "string", "timers": "zset", "leases": "zset", "runs": "zset",
+    "expiry": "zset", "deadlines": "zset", "cancels": "zset", "repair": "hash",
+    "intent_seq": "string", "schedules": "zset", "audit": "stream", "denied": "stream",
+    "workers": "zset", "worker": "hash",
+}  # fmt: skip
 
 
 def slot(tag: str) -> int:

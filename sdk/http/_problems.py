@@ -16,6 +16,7 @@ from typing import Any
 from starlette.responses import Response
 
 from sdk.errors import (
+    CorruptIndex,
     CorruptRecord,
     FlowNotFound,
     Forbidden,
@@ -62,6 +63,7 @@ class ErrorCode(enum.StrEnum):
     QUEUE_FULL = "queue_full"
     LEASE_LOST = "lease_lost"
     CORRUPT_RECORD = "corrupt_record"
+    CORRUPT_INDEX = "corrupt_index"
     STORE_UNAVAILABLE = "store_unavailable"
     INTERNAL_ERROR = "internal_error"
 
@@ -89,6 +91,7 @@ STATUS: dict[ErrorCode, tuple[int, str]] = {
     ErrorCode.QUEUE_FULL: (429, "Queue full"),
     ErrorCode.LEASE_LOST: (409, "Lease lost"),
     ErrorCode.CORRUPT_RECORD: (500, "Stored data is damaged"),
+    ErrorCode.CORRUPT_INDEX: (500, "A stored index is damaged"),
     ErrorCode.STORE_UNAVAILABLE: (503, "Store unavailable"),
     ErrorCode.INTERNAL_ERROR: (500, "Internal error"),
 }
@@ -105,6 +108,7 @@ _EXCEPTIONS: tuple[tuple[type[SteadyflowError], ErrorCode], ...] = (
     (QueueFull, ErrorCode.QUEUE_FULL),
     (LeaseLost, ErrorCode.LEASE_LOST),
     (CorruptRecord, ErrorCode.CORRUPT_RECORD),
+    (CorruptIndex, ErrorCode.CORRUPT_INDEX),
     (InvalidArgument, ErrorCode.INVALID_ARGUMENT),
     (SerializationError, ErrorCode.SERIALIZATION_ERROR),
 )
