@@ -445,13 +445,13 @@ class CorruptRecord(SteadyflowError):
 
 class CorruptIndex(SteadyflowError):
     """A key that the runs of a partition share cannot be read or worked with:
-    a queue, the list of queues, the FIFO counter, a wake-up list, or a status,
-    timer or lease index holds another type than Steadyflow writes there
-    (damaged in Redis). No run's own data is damaged, and nothing was
-    written; every call that needs the key fails the same way until it is
-    rebuilt. Workers rebuild a damaged queue, queue list, FIFO counter or
-    wake-up list themselves, within a second; the other keys are repaired by
-    hand (docs/operations.md#damaged-runs).
+    a queue, the list of queues, a status, timer or lease index, the workers'
+    registry holds another type than Steadyflow writes there (damaged in
+    Redis). No run's own data is damaged, and nothing was written; every call
+    that needs the key fails the same way until it is rebuilt. Workers
+    rebuild a damaged queue, list of queues or registry themselves, within a
+    second; the other keys are repaired by hand
+    (docs/operations.md#damaged-runs).
 
     Attributes:
         key: the Redis key that is damaged.

@@ -311,7 +311,7 @@ def tick_result(reply: list[Any]) -> TickResult:
     repaired, the damaged runs found (id, key, what is wrong, ...), the runs it
     failed (id, flow, reason, ...), whether a ready run waits for the caller's
     worker cap, when a schedule needs a worker, and the shared keys it rebuilt
-    (key, what was wrong, where it went, ...)."""
+    (key, what was wrong, ...)."""
     fired, recovered, nt, nl, repaired, found, ended, capped, sched, fixed = reply
     dues = [float(x) for x in (nt, nl) if x != ""]
     damaged = tuple(Damaged(found[i], found[i + 1], found[i + 2]) for i in range(0, len(found), 3))
@@ -319,7 +319,7 @@ def tick_result(reply: list[Any]) -> TickResult:
         FailedRun(ended[i], ended[i + 1], ended[i + 2]) for i in range(0, len(ended or ()), 3)
     )
     fixed = fixed or ()
-    rebuilt = tuple(Rebuilt(fixed[i], fixed[i + 1], fixed[i + 2]) for i in range(0, len(fixed), 3))
+    rebuilt = tuple(Rebuilt(fixed[i], fixed[i + 1]) for i in range(0, len(fixed), 2))
     return TickResult(
         int(fired), int(recovered), min(dues, default=None), int(repaired), damaged,
         failed=failed, capped=bool(int(capped)),

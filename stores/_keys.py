@@ -69,9 +69,6 @@ SUFFIX = {
     "deadlines": "deadlines",  # ZSET  run id -> when it times out (@flow(timeout=), from its start)
     "cancels": "cancels",  # ZSET  run id -> when its cancel request's grace ends (then forced)
     "repair": "repair",  # HASH  the repair pass's cursor: status, run id, score, next pass due
-    # A shared key of the wrong type that the repair pass set aside (+ the key's
-    # name after the base: dmg:q:default), for inspection; it started over.
-    "damaged": "dmg:",  # ANY   the damaged value, as found (the latest one of that key)
     # The outbox. An intent outlives its run until it is delivered: its hash is
     # not a per-run key (deleting a run drops its settled intents only).
     "intents": "obr:",  # SET   the run's outbox intent ids (+ run id)
@@ -111,8 +108,8 @@ RUN_SUFFIXES = (
 #: The suffixes of the keys a partition's runs share (indexes, queues, feed, outbox).
 SHARED_SUFFIXES = (
     "feed", "queue", "wake", "swake", "bell", "status", "queues", "seq", "timers", "leases", "runs",
-    "expiry", "deadlines", "cancels", "repair", "damaged", "intent", "outbox", "outbox_wake",
-    "intent_seq", "schedule", "schedules", "sched_due", "audit", "denied",
+    "expiry", "deadlines", "cancels", "repair", "intent", "outbox", "outbox_wake", "intent_seq",
+    "schedule", "schedules", "sched_due", "audit", "denied",
     "workers", "worker", "evindex", "evshapes", "children", "qslots", "qkeyed", "qrate",
 )  # fmt: skip
 

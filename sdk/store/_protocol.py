@@ -442,8 +442,8 @@ class Store(
         `TickResult.damaged` for the caller to `quarantine`; so do waiting
         runs whose keys a wake-up would need (their mailboxes, dedup ids, event
         log...) cannot be worked with, as nothing else would end them. A queue,
-        the list of queues, the FIFO counter or a wake-up list of the wrong
-        type is set aside and starts over (`TickResult.rebuilt`): the pass
+        the list of queues, a wake-up list or the workers' registry of the
+        wrong type is deleted and starts over (`TickResult.rebuilt`): the pass
         queues the runs the queue held again as it reaches them.
         """
         ...

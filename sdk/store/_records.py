@@ -235,14 +235,13 @@ class Damaged:
 
 @attrs.frozen
 class Rebuilt:
-    """A key that runs share (a queue, the list of queues, the FIFO counter, a
-    wake-up list) that a tick found holding what it cannot work with, and
-    rebuilt: the old value was set aside under `kept`, for inspection, and the
-    key starts over (the repair pass queues its runs again; `CorruptIndex`)."""
+    """A key that runs share (a queue, the list of queues, a wake-up list, the
+    workers' registry) that a tick found holding what it cannot work with, and
+    deleted so that it starts over: derived data, rebuilt as runs are queued
+    (the repair pass queues a queue's runs again). See `CorruptIndex`."""
 
     key: str
     detail: str  # what was wrong with it
-    kept: str
 
 
 class CorruptData(CorruptRecord):

@@ -135,8 +135,8 @@ class Poller:
                 hook.leases_recovered(tick.recovered)
         for rebuilt in tick.rebuilt:
             log.error(
-                "repair pass: %s could not be worked with (%s); set aside as %s and rebuilt "
-                "(docs/operations.md#damaged-runs)", rebuilt.key, rebuilt.detail, rebuilt.kept,
+                "repair pass: %s could not be worked with (%s); deleted and rebuilt "
+                "(docs/operations.md#damaged-runs)", rebuilt.key, rebuilt.detail,
             )  # fmt: skip
         if tick.repaired:
             log.warning(

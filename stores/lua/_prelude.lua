@@ -181,18 +181,15 @@ local function nudge(q)
   token(P .. K.wake .. '*')
 end
 
--- Keys that runs share (a queue, the list of queues, the FIFO counter, the
--- indexes). One a script cannot work with is no run's damage: the script
--- answers err('index', key, what) before its first write (the store raises
--- CorruptIndex), and no run is failed for it; maintain() rebuilds the queue's.
--- What is wrong with the keys enqueue(id) writes for a run of queue `q` (its
--- wake-up lists aside: token() replaces one of another type), or nil.
+-- Keys that runs share (a queue, the list of queues, the indexes). One a script
+-- cannot work with is no run's damage: the script answers err('index', key,
+-- what) before its first write (the store raises CorruptIndex), and no run is
+-- failed for it; maintain() rebuilds a queue and the list of queues.
+-- What is wrong with the keys enqueue(id) writes for a run of queue `q` (the
+-- FIFO counter and the wake-up lists aside: enqueue() and token() replace one
+-- that cannot count or hold tokens), or nil.
 local function queue_damage(q)
-  local key, bad = mistyped_any({P .. K.queue .. q, 'zset', P .. K.queues, 'set', P .. K.seq, 'string'})
-  if bad then return key, bad end
-  local n = redis.call('GET', P .. K.seq)
-  if n and not isint(n) then return P .. K.seq, 'holds a value that is not an integer' end
-  return nil
+  return mistyped_any({P .. K.queue .. q, 'zset', P .. K.queues, 'set'})
 end
 
 -- A run parked by a worker that keeps it in memory (field sticky, see
@@ -202,7 +199,13 @@ local function enqueue(id)
   local key = rk(id)
   local q, prio, tok, fence = unpack(redis.call('HMGET', key, 'queue', 'priority', 'sticky', 'fence'))
   prio = tonumber(prio)
-  local seq = redis.call('INCR', P .. K.seq)
+  -- a counter that cannot count (a hand edit) starts over: runs queued before it
+  -- may then run after runs of their priority queued since, nothing worse
+  local seq = redis.pcall('INCR', P .. K.seq)
+  if type(seq) ~= 'number' then
+    redis.call('DEL', P .. K.seq)
+    seq = redis.call('INCR', P .. K.seq)
+  end
   redis.call('ZADD', P .. K.queue .. q, string.format('%.0f', prio * 1099511627776 + seq), id)
   redis.call('SADD', P .. K.queues, q)
   nudge(q)
@@ -659,33 +662,30 @@ local function repair_due(now)
   return {broken = broken, st = c[2], last = c[3], score = c[4]}
 end
 
--- Set aside shared key `key` (of the wrong type: `what`) as K.damaged .. its
--- name after the base (over the one set aside before), for inspection, so that
--- it starts over; noted in `rebuilt` (key, what, where it went, ...).
-local function set_aside(key, what, rebuilt)
-  local kept = P .. K.damaged .. string.sub(key, #P + 1)
-  redis.call('RENAME', key, kept)
+-- Delete shared key `key` (of the wrong type: `what`, noted in `rebuilt`) so
+-- that it starts over. Only derived data goes this way (what it held was none
+-- of ours: no entry of it could be read), and the worker logs what it was.
+local function start_over(key, what, rebuilt)
+  redis.call('DEL', key)
   rebuilt[#rebuilt + 1] = key
   rebuilt[#rebuilt + 1] = what
-  rebuilt[#rebuilt + 1] = kept
 end
 
 -- Rebuild what enqueue() and the workers' wake-up waits need of queue `q` ('':
 -- the wake-up list of every queue) that cannot be worked with. Each is derived
--- data: a queue set aside starts empty, and the repair pass queues its runs
+-- data: a queue started over is empty, and the repair pass queues its runs
 -- again as it reaches them (pending, or running or replaying, without a queue
--- entry); the list of queues is refilled as runs are queued or reached; a new
--- FIFO counter starts at 1 (runs queued before may run after runs queued since).
+-- entry); the list of queues is refilled as runs are queued or reached.
 local function rebuild_queue(q, rebuilt)
   local wake = P .. K.wake .. (q == '' and '*' or q)
   local bad = mistyped(wake, 'list')
-  if bad then set_aside(wake, bad, rebuilt) end
+  if bad then start_over(wake, bad, rebuilt) end
   if q == '' then return end
-  for _ = 1, 3 do  -- the queue, the list of queues, the counter: each once at most
+  for _ = 1, 2 do  -- the queue, the list of queues: each once at most
     local key
     key, bad = queue_damage(q)
     if not bad then return end
-    set_aside(key, bad, rebuilt)
+    start_over(key, bad, rebuilt)
   end
 end
 
@@ -752,7 +752,7 @@ end
 -- none), next lease expiry ('' if none), repaired, the runs found damaged
 -- (id, key, what is wrong, ...): they are taken off the index that found them
 -- and left for the worker to fail (quarantine.lua), the runs it failed, and
--- the shared keys it set aside and rebuilt (key, what, where it went, ...).
+-- the shared keys it rebuilt (key, what was wrong, ...).
 -- End run `id` as `failed` now with the error `why` (JSON) and `reason`, its
 -- lease and queue entries dropped (the caller fences its activation out): a run
 -- timeout, too many recoveries.
@@ -798,7 +798,7 @@ local function maintain(now, limit, max_recoveries, recovery_error)
     damage[#damage + 1] = key
     damage[#damage + 1] = what
   end
-  -- Shared keys set aside (key, what was wrong, where it went, ...). A run's
+  -- Shared keys started over (key, what was wrong, ...). A run's
   -- queue is made sound before the run is queued (once a call per queue); every
   -- queue of the partition, once a pass of the repair pass: a damaged one would
   -- make every start of its runs, and every claim, fail.
@@ -816,7 +816,7 @@ local function maintain(now, limit, max_recoveries, recovery_error)
     local names = P .. K.queues
     for _, kt in ipairs({{names, 'set'}, {P .. K.workers, 'zset'}, {P .. K.worker, 'hash'}}) do
       local bad = mistyped(kt[1], kt[2])
-      if bad then set_aside(kt[1], bad, rebuilt) end
+      if bad then start_over(kt[1], bad, rebuilt) end
     end
     sound_queue('')
     for _, q in ipairs(redis.call('SMEMBERS', names)) do sound_queue(q) end
