@@ -26,7 +26,8 @@ The tree::
     ├── StepError                a recorded failure whose exception type cannot be rebuilt
     ├── RunFailed                RunHandle.result() of a failed run
     ├── RunCanceled              RunHandle.result() of a canceled run
-    └── CorruptRecord            a run's stored data cannot be read; names the run and key
+    ├── CorruptRecord            a run's stored data cannot be read; names the run and key
+    └── CorruptIndex             a key runs share (a queue, an index) cannot be read; names it
 
 Everything derives from `SteadyflowError`, so ``except SteadyflowError`` catches
 any SDK error. The suspension of a run is not in this tree on purpose: it is a
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ChildFailed",
+    "CorruptIndex",
     "CorruptRecord",
     "FlowBlocked",
     "FlowNotFound",
@@ -496,3 +498,24 @@ class CorruptRecord(SteadyflowError):
         self.key = key
         self.detail = detail
         super().__init__(f"run {run_id!r} has damaged stored data: {key}: {detail}")
+
+
+class CorruptIndex(SteadyflowError):
+    """A key that the runs of a partition share cannot be read or worked with:
+    a queue, the list of queues, a status, timer or lease index, the workers'
+    registry holds another type than Steadyflow writes there (damaged in
+    Redis). No run's own data is damaged, and nothing was written; every call
+    that needs the key fails the same way until it is rebuilt. Workers
+    rebuild a damaged queue, list of queues or registry themselves, within a
+    second; the other keys are repaired by hand
+    (docs/operations.md#damaged-runs).
+
+    Attributes:
+        key: the Redis key that is damaged.
+        detail: what is wrong with it.
+    """
+
+    def __init__(self, key: str, detail: str) -> None:
+        self.key = key
+        self.detail = detail
+        super().__init__(f"a key that runs share is damaged: {key}: {detail}")

@@ -18,9 +18,11 @@ from typing import Any
 from sdk.store import (
     Claim,
     CorruptData,
+    CorruptIndex,
     Damaged,
     FailedRun,
     Mailbox,
+    Rebuilt,
     RunStatus,
     StoredRun,
     TickResult,
@@ -32,6 +34,7 @@ __all__ = [
     "damaged_run",
     "first_unreadable",
     "flat",
+    "index_damage",
     "merged",
     "parse_mailbox",
     "show",
@@ -305,19 +308,22 @@ def first_unreadable(values: list[str], pairs: bool) -> str | None:
 
 def tick_result(reply: list[Any]) -> TickResult:
     """One partition's maintenance: fired, recovered, next timer, next lease expiry,
-    repaired, the damaged runs found (id, key, what is wrong, ...), then the runs it
-    failed (id, flow, reason, ...)."""
-    fired, recovered, nt, nl, repaired, found, ended, *polled = reply  # (capped, schedules)
+    repaired, the damaged runs found (id, key, what is wrong, ...), the runs it
+    failed (id, flow, reason, ...), whether a ready run waits for the caller's
+    worker cap, when a schedule needs a worker, and the shared keys it rebuilt
+    (key, what was wrong, ...)."""
+    fired, recovered, nt, nl, repaired, found, ended, capped, sched, fixed = reply
     dues = [float(x) for x in (nt, nl) if x != ""]
     damaged = tuple(Damaged(found[i], found[i + 1], found[i + 2]) for i in range(0, len(found), 3))
     failed = tuple(
         FailedRun(ended[i], ended[i + 1], ended[i + 2]) for i in range(0, len(ended or ()), 3)
     )
-    sched = polled[1] if len(polled) > 1 and polled[1] != "" else None
+    fixed = fixed or ()
+    rebuilt = tuple(Rebuilt(fixed[i], fixed[i + 1]) for i in range(0, len(fixed), 2))
     return TickResult(
         int(fired), int(recovered), min(dues, default=None), int(repaired), damaged,
-        failed=failed, capped=bool(polled and int(polled[0])),
-        schedules_due=None if sched is None else float(sched),
+        failed=failed, capped=bool(int(capped)),
+        schedules_due=None if sched == "" else float(sched), rebuilt=rebuilt,
     )  # fmt: skip
 
 
@@ -329,6 +335,7 @@ def merged(results: Iterable[TickResult]) -> TickResult:
     sched: list[float] = []
     damaged: list[Damaged] = []
     failed: list[FailedRun] = []
+    rebuilt: list[Rebuilt] = []
     for r in results:
         fired += r.fired
         recovered += r.recovered
@@ -336,6 +343,7 @@ def merged(results: Iterable[TickResult]) -> TickResult:
         dues += [] if r.next_due is None else [r.next_due]
         damaged += r.damaged
         failed += r.failed
+        rebuilt += r.rebuilt
         capped = capped or r.capped
         sched += [] if r.schedules_due is None else [r.schedules_due]
     return TickResult(
@@ -347,7 +355,17 @@ def merged(results: Iterable[TickResult]) -> TickResult:
         failed=tuple(failed),
         capped=capped,
         schedules_due=min(sched, default=None),
+        rebuilt=tuple(rebuilt),
     )
+
+
+def index_damage(reply: Any) -> Any:
+    """A script's reply, or `CorruptIndex` for ``{'err', 'index', key, what}``: a key
+    that runs share which the script cannot work with (it wrote nothing). Every
+    script call's reply passes here (`StoreCore.call`)."""
+    if reply.__class__ is list and len(reply) == 4 and reply[0] == "err" and reply[1] == "index":
+        raise CorruptIndex(reply[2], reply[3])
+    return reply
 
 
 def corrupt(run_id: str, reply: Any) -> Any:
@@ -356,6 +374,7 @@ def corrupt(run_id: str, reply: Any) -> Any:
     if isinstance(reply, list) and reply and reply[0] == "err":
         if reply[1] == "corrupt":
             raise CorruptData(run_id, reply[2], reply[3])
+        index_damage(reply)
         if reply[1] == "invalid":
             raise ValueError(f"the store refused an argument: {reply[2]}")
     return reply

@@ -25,7 +25,7 @@ import re
 import zlib
 
 __all__ = [
-    "MAX_PARTITIONS", "RUN_SUFFIXES", "SHARED_SUFFIXES", "SLOTS", "SUFFIX", "Keys",
+    "MAX_PARTITIONS", "RUN_SUFFIXES", "SHARED_SUFFIXES", "SHARED_TYPES", "SLOTS", "SUFFIX", "Keys",
     "partition_tags", "slot",
 ]  # fmt: skip
 
@@ -113,6 +113,18 @@ SHARED_SUFFIXES = (
     "schedule", "schedules", "sched_due", "audit", "denied",
     "workers", "worker", "evindex", "evshapes", "children", "qslots", "qkeyed", "qrate",
 )  # fmt: skip
+
+
+#: The type of each key a partition's runs share under a fixed name (besides the
+#: per-status indexes, and the queues and wake-up lists named by the list of
+#: queues): a script that Redis stopped with WRONGTYPE is blamed on the first of
+#: them that holds another (`StoreCore.shared_damage`).
+SHARED_TYPES = {
+    "queues": "set", "seq": "string", "timers": "zset", "leases": "zset", "runs": "zset",
+    "expiry": "zset", "deadlines": "zset", "cancels": "zset", "repair": "hash",
+    "intent_seq": "string", "schedules": "zset", "audit": "stream", "denied": "stream",
+    "workers": "zset", "worker": "hash",
+}  # fmt: skip
 
 
 def slot(tag: str) -> int:

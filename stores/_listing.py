@@ -40,6 +40,7 @@ class Partition:
         page: int,
         wanted: Callable[[StoredRun], bool],
         mistyped: Callable[[str, str, ResponseError], Awaitable[StoredRun]],
+        unindexed: Callable[[str, ResponseError], Awaitable[Exception]],
     ) -> None:
         self._client = client
         self._keys = keys
@@ -47,6 +48,7 @@ class Partition:
         self._page = page
         self._wanted = wanted
         self._mistyped = mistyped
+        self._unindexed = unindexed
         self._start = 0
         self.done = False
         self.runs: deque[_Scored] = deque()
@@ -55,9 +57,12 @@ class Partition:
         """Read pages until a matching run is buffered or the index is read to its end."""
         while not self.runs and not self.done:
             end = self._start + self._page - 1
-            scored: Any = await self._client.zrevrange(
-                self._index, self._start, end, withscores=True
-            )
+            try:
+                scored: Any = await self._client.zrevrange(
+                    self._index, self._start, end, withscores=True
+                )
+            except ResponseError as e:  # the index itself cannot be read
+                raise await self._unindexed(self._index, e) from None
             if len(scored) < self._page:
                 self.done = True
             if not scored:

@@ -84,10 +84,17 @@ class RunReads:
                 parent_run_id is None or status is None or run.status is status
             )
 
+        async def unindexed(key: str, error: ResponseError) -> Exception:
+            # a run's children are that run's (CorruptData naming it); the status
+            # and all-runs indexes are the partition's (CorruptIndex)
+            if parent_run_id is not None:
+                return await self._core.unreadable(parent_run_id, key, error, "zset")
+            return await self._core.unreadable_shared(key, error, "zset")
+
         # pages of about twice a partition's share of `limit` (stores._listing)
         page = min(100, max(10, 2 * -(-limit // k.partitions)))
         parts = [
-            Partition(self._core.client, k, index(p), page, wanted, self._mistyped_run)
+            Partition(self._core.client, k, index(p), page, wanted, self._mistyped_run, unindexed)
             for p in self._core.partitions()
         ]
         return await merged(parts, limit)
@@ -253,5 +260,8 @@ class RunReads:
         # Rotating the one-element list onto itself reads it without taking it,
         # so every waiter wakes. Returns at once if the run already finished.
         key = self._keys.done(run_id)
-        reply = await self._core.blocking_client.brpoplpush(key, key, block_seconds(timeout))
+        try:
+            reply = await self._core.blocking_client.brpoplpush(key, key, block_seconds(timeout))
+        except ResponseError as e:  # (the run's end replaces it: finished() in the scripts)
+            raise await self._core.unreadable(run_id, key, e, "list") from None
         return reply is not None

@@ -17,10 +17,9 @@ import attrs
 import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError, RedisError, ResponseError, TryAgainError
 
-from sdk.store import StoreLimits
-from sdk.store._records import CorruptData, PartitionsMismatch
+from sdk.store import CorruptData, CorruptIndex, PartitionsMismatch, RunStatus, StoreLimits
 from stores import _decode, _migrating
-from stores._keys import SUFFIX, Keys
+from stores._keys import SHARED_TYPES, SUFFIX, Keys
 from stores._redispy import ScriptRunner, is_cluster, script_runner, strict_args
 from stores._scripts import build_scripts
 from stores._wakeups import ShardedWaits
@@ -108,10 +107,16 @@ class StoreCore:
     # -- script calls ----------------------------------------------------------
 
     async def call(self, name: str, keys: Sequence[str | bytes], args: Sequence[Any]) -> Any:
-        """Script `name` on `keys` with `args`: its reply."""
+        """Script `name` on `keys` with `args`: its reply. `CorruptIndex` when the
+        script found a key that runs share damaged (it wrote nothing), or Redis
+        stopped it on one (`shared_damage`)."""
         if not self.layout_ok:
             await self.check_layout()
-        return await self.runner.run(self.scripts[name], keys, args)
+        try:
+            reply = await self.runner.run(self.scripts[name], keys, args)
+        except ResponseError as error:
+            raise await self.shared_damage(args, error) from None
+        return _decode.index_damage(reply)
 
     async def each(self, name: str, calls: list[tuple[list[str], list[str]]]) -> list[Any]:
         """Script `name` once per call, all at once: the replies in order. On one
@@ -132,7 +137,8 @@ class StoreCore:
         order. A server that lacks the script (flushed, restarted) ran none of them:
         it is loaded and those calls are sent again. On a cluster, a call answered
         with an error (its slot moving: ASK, TRYAGAIN) is sent again alone, the way
-        every script call is retried (`stores._migrating`): it wrote nothing."""
+        every script call is retried (`stores._migrating`): it wrote nothing.
+        `CorruptIndex` when a call found a key that runs share damaged."""
         script = self.scripts[name]
         todo = list(range(len(calls)))
         replies: list[Any] = [None] * len(calls)
@@ -163,6 +169,8 @@ class StoreCore:
                 if isinstance(reply, NoScriptError):
                     missing.append(i)
                 elif isinstance(reply, RedisError):  # a moving slot: ClusterError too
+                    if isinstance(reply, ResponseError) and "WRONGTYPE" in str(reply):
+                        raise await self.shared_damage(calls[i][1], reply) from None
                     if not self.cluster:
                         raise reply
                     alone.append(i)
@@ -170,6 +178,8 @@ class StoreCore:
             if not missing:
                 for i in alone:
                     replies[i] = await self.call(name, *calls[i])
+                for reply in replies:
+                    _decode.index_damage(reply)
                 return replies
             await self.client.script_load(script.script)
             todo = missing
@@ -220,6 +230,44 @@ class StoreCore:
             return error
         kind: Any = await self.client.type(key)
         return CorruptData(run_id, key, f"holds a {kind}, not a {want}")
+
+    async def shared_damage(self, args: Sequence[Any], error: ResponseError) -> Exception:
+        """The error to raise for a script that Redis stopped with `error`: for
+        WRONGTYPE (a key of another type that the script did not check before
+        using it), `CorruptIndex` naming a key that the runs of its partition
+        (``ARGV[1]``, the partition's base) share and that holds another type
+        than its own; else `error` itself. Only on that error path: one round
+        trip of ``TYPE`` reads."""
+        base = str(args[0]) if args else ""
+        if "WRONGTYPE" not in str(error) or base not in self._bases():
+            return error
+        wants = {base + SUFFIX[name]: kind for name, kind in SHARED_TYPES.items()}
+        wants.update({base + SUFFIX["status"] + s.value: "zset" for s in RunStatus})
+        wants[base + SUFFIX["wake"] + "*"] = "list"
+        kind: Any = await self.client.type(base + SUFFIX["queues"])
+        if kind == "set":
+            names: Any = await self.client.smembers(base + SUFFIX["queues"])
+            for q in names:
+                wants[base + SUFFIX["queue"] + q] = "zset"
+                wants[base + SUFFIX["wake"] + q] = "list"
+        async with self.client.pipeline(transaction=False) as pipe:
+            for key in wants:
+                pipe.type(key)
+            kinds = await pipe.execute()
+        for (key, want), kind in zip(wants.items(), kinds, strict=True):
+            if str(kind) not in (want, "none"):
+                return CorruptIndex(key, f"holds a {kind}, not a {want}")
+        return error
+
+    def _bases(self) -> set[str]:
+        return {self.keys.base(p) for p in self.partitions()}
+
+    async def unreadable_shared(self, key: str, error: ResponseError, want: str) -> Exception:
+        """As `unreadable`, for a key that runs share: `CorruptIndex`."""
+        if not str(error).startswith("WRONGTYPE"):
+            return error
+        kind: Any = await self.client.type(key)
+        return CorruptIndex(key, f"holds a {kind}, not a {want}")
 
     # -- blocking waits --------------------------------------------------------
 

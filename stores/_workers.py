@@ -23,6 +23,7 @@ import json
 from typing import Any
 
 import attrs
+from redis.exceptions import ResponseError
 
 from sdk.store._records import WorkerBeat
 from stores._codec import num
@@ -54,10 +55,15 @@ class WorkerBeats:
 
     async def workers(self, now: float) -> list[WorkerBeat]:
         # Reads only (a read-only user may list workers); writers prune.
+        names = (self._keys.workers(), self._keys.worker())
         async with self._core.client.pipeline(transaction=False) as pipe:
-            pipe.zrangebyscore(self._keys.workers(), f"({num(now)}", "+inf")
-            pipe.hgetall(self._keys.worker())
-            alive, records = await pipe.execute()
+            pipe.zrangebyscore(names[0], f"({num(now)}", "+inf")
+            pipe.hgetall(names[1])
+            replies = await pipe.execute(raise_on_error=False)
+        for name, reply, want in zip(names, replies, ("zset", "hash"), strict=True):
+            if isinstance(reply, ResponseError):  # (the repair pass rebuilds them)
+                raise await self._core.unreadable_shared(name, reply, want) from None
+        alive, records = replies
         found = []
         for w in alive:
             try:

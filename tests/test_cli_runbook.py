@@ -1,20 +1,26 @@
 """The runbook of docs/operations.md, walked through with the commands it names:
 a run stuck pending (no worker, a queue limit, a version no worker serves),
-stuck waiting, failing repeatedly, a poisoned journal after a deploy, and
-deleting what is not needed any more."""
+stuck waiting, failing repeatedly, a poisoned journal after a deploy,
+deleting what is not needed any more, and a damaged index."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
+import shutil
+import subprocess
+import textwrap
 import threading
 from collections.abc import Iterator
 
 import pytest
 
-from sdk import Queue, Registry, Worker, flow, step, wait_for
+from sdk import Client, Queue, Registry, Worker, flow, step, wait_for
 from sdk.cli._options import ExitCode
+from stores.redis import RedisStore
 from testing import replay
+from tests.docsnippets import DOCS
 from tests.test_cli_runs import (  # noqa: F401 (the env fixture)
     CliEnv,
     cli_env_fixture,
@@ -212,3 +218,74 @@ def test_memory_growth_deleting_failed_runs(env: CliEnv) -> None:
 
     assert env.json("runs", "list", "--status", "failed")["runs"] == []
     assert env.cli("runs", "show", failed[0]).exit_code == ExitCode.NOT_FOUND
+
+
+# -- a damaged index ------------------------------------------------------------------
+
+
+def _damage(env: CliEnv, suffix: str) -> str:
+    """Make the shared key `suffix` of partition 0 a string; its name."""
+
+    async def work(client: Client) -> str:
+        store = client.store
+        assert isinstance(store, RedisStore)
+        name = store.keys.base(0) + suffix
+        await store.client.delete(name)
+        await store.client.set(name, "garbage")
+        return name
+
+    return env.run(work)
+
+
+def test_a_damaged_queue_is_named_then_rebuilt_by_a_worker(env: CliEnv) -> None:
+    dependency["up"] = True
+    try:
+        for n in range(3):
+            start(env, charge, f"C-{n}", run_id=f"charge-C-{n}")
+        queue = _damage(env, "q:default")
+
+        listed = env.cli("queues")
+        assert listed.exit_code == ExitCode.FAILED
+        assert f"a key that runs share is damaged: {queue}: holds a string" in listed.output
+
+        env.drive([charge])  # its first poll sets the queue aside and rebuilds it
+
+        for n in range(3):
+            run = env.json("runs", "show", f"charge-C-{n}")["run"]
+            assert (run["status"], run["result"]) == ("completed", f"charged C-{n}")
+        assert env.cli("queues").exit_code == 0
+    finally:
+        dependency["up"] = False
+
+
+def _runbook_shell(url: str, prefix: str) -> str:
+    """The runbook's commands that rebuild a status and the all-runs index, for
+    the Redis at `url` and the deployment under `prefix`."""
+    text = (DOCS / "operations.md").read_text(encoding="utf-8")
+    section = text[text.index("\n### A damaged index\n") :]
+    block = re.search(r"```bash\n(.*?)```", section, re.S)
+    assert block is not None
+    code = textwrap.dedent(block.group(1))
+    return code.replace("redis-cli", f"redis-cli -u {url}").replace("sf:{p0}", f"{prefix}:{{p0}}")
+
+
+@pytest.mark.redis
+def test_a_damaged_status_index_and_the_all_runs_index_are_rebuilt_by_hand() -> None:
+    if shutil.which("redis-cli") is None:
+        pytest.skip("redis-cli is not on PATH")
+    env = CliEnv("redis")
+    try:
+        for n in range(3):
+            start(env, charge, f"D-{n}", run_id=f"charge-D-{n}")
+        pending = _damage(env, "idx:pending")
+        listed = env.cli("runs", "list", "--status", "pending")
+        assert listed.exit_code == ExitCode.FAILED
+        assert pending in listed.output
+
+        subprocess.run(["bash", "-c", _runbook_shell(env.url, env.prefix)], check=True)
+
+        runs = env.json("runs", "list", "--status", "pending")["runs"]
+        assert sorted(r["run_id"] for r in runs) == [f"charge-D-{n}" for n in range(3)]
+        assert len(env.json("runs", "list")["runs"]) == 3
+    finally:
+        env.cleanup()

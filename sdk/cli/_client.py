@@ -31,6 +31,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from sdk.cli._options import ExitCode, StoreOptions
 from sdk.client._client import Authorizer, Client
 from sdk.errors import (
+    CorruptIndex,
     CorruptRecord,
     FlowNotFound,
     Forbidden,
@@ -71,6 +72,7 @@ _EXITS: tuple[tuple[type[BaseException], ExitCode], ...] = (
     (SerializationError, ExitCode.USAGE),
     (PartitionsMismatch, ExitCode.USAGE),  # --partitions is not the deployment's
     (CorruptRecord, ExitCode.FAILED),
+    (CorruptIndex, ExitCode.FAILED),
     (SteadyflowError, ExitCode.FAILED),
     (RedisConnectionError, ExitCode.UNAVAILABLE),
     (RedisTimeoutError, ExitCode.UNAVAILABLE),

@@ -16,6 +16,7 @@ from typing import Any
 from starlette.responses import Response
 
 from sdk.errors import (
+    CorruptIndex,
     CorruptRecord,
     FlowNotFound,
     Forbidden,
@@ -66,6 +67,7 @@ class ErrorCode(enum.StrEnum):
     MAILBOX_FULL = "mailbox_full"
     LEASE_LOST = "lease_lost"
     CORRUPT_RECORD = "corrupt_record"
+    CORRUPT_INDEX = "corrupt_index"
     STORE_UNAVAILABLE = "store_unavailable"
     INTERNAL_ERROR = "internal_error"
 
@@ -95,6 +97,7 @@ STATUS: dict[ErrorCode, tuple[int, str]] = {
     ErrorCode.MAILBOX_FULL: (429, "Run holds its bound of pending messages"),
     ErrorCode.LEASE_LOST: (409, "Lease lost"),
     ErrorCode.CORRUPT_RECORD: (500, "Stored data is damaged"),
+    ErrorCode.CORRUPT_INDEX: (500, "A stored index is damaged"),
     ErrorCode.STORE_UNAVAILABLE: (503, "Store unavailable"),
     ErrorCode.INTERNAL_ERROR: (500, "Internal error"),
 }
@@ -112,6 +115,7 @@ _EXCEPTIONS: tuple[tuple[type[SteadyflowError], ErrorCode], ...] = (
     (MailboxFull, ErrorCode.MAILBOX_FULL),
     (LeaseLost, ErrorCode.LEASE_LOST),
     (CorruptRecord, ErrorCode.CORRUPT_RECORD),
+    (CorruptIndex, ErrorCode.CORRUPT_INDEX),
     (InvalidArgument, ErrorCode.INVALID_ARGUMENT),
     (PayloadTooLarge, ErrorCode.PAYLOAD_TOO_LARGE),
     (SerializationError, ErrorCode.SERIALIZATION_ERROR),

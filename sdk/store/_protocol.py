@@ -43,6 +43,7 @@ from sdk.store._records import (
     Claim,
     Consumed,
     CorruptData,
+    CorruptIndex,
     Damaged,
     Delivery,
     EventDelivered,
@@ -56,6 +57,7 @@ from sdk.store._records import (
     NewRun,
     Parked,
     PartitionsMismatch,
+    Rebuilt,
     Refusal,
     Refused,
     Renewal,
@@ -90,6 +92,7 @@ __all__ = [
     "Claim",
     "Consumed",
     "CorruptData",
+    "CorruptIndex",
     "Damaged",
     "Delivery",
     "EventDelivered",
@@ -111,6 +114,7 @@ __all__ = [
     "QueueLimits",
     "QueueReads",
     "QueueStats",
+    "Rebuilt",
     "Refusal",
     "Refused",
     "Renewal",
@@ -162,6 +166,9 @@ class Store(
     `Refusal.CORRUPT` (clients' operations) or raise `CorruptData` (an
     activation's writes, history reads); claims and ticks report it
     (`Claim.damage`, `TickResult.damaged`) for the engine to `quarantine`.
+    A key that runs share (a queue, an index) that cannot be worked with is no
+    run's damage: a call that needs it raises `CorruptIndex` naming it and
+    changes nothing; ticks rebuild what they can (`TickResult.rebuilt`).
     """
 
     @property
@@ -442,7 +449,12 @@ class Store(
         neither a timer nor a wait) is queued again with a ``run.repaired``
         event (`TickResult.repaired`). Runs found damaged on the way (here or
         by the timers and leases) are not touched: they come back in
-        `TickResult.damaged` for the caller to `quarantine`.
+        `TickResult.damaged` for the caller to `quarantine`; so do waiting
+        runs whose keys a wake-up would need (their mailboxes, dedup ids, event
+        log...) cannot be worked with, as nothing else would end them. A queue,
+        the list of queues, a wake-up list or the workers' registry of the
+        wrong type is deleted and starts over (`TickResult.rebuilt`): the pass
+        queues the runs the queue held again as it reaches them.
         """
         ...
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 
 import attrs
 
-from sdk.errors import CorruptRecord, SteadyflowError
+from sdk.errors import CorruptIndex, CorruptRecord, SteadyflowError
 from sdk.store._statuses import CheckpointKind, EventType, RunStatus
 
 __all__ = [
@@ -19,6 +19,7 @@ __all__ = [
     "Claim",
     "Consumed",
     "CorruptData",
+    "CorruptIndex",
     "Damaged",
     "Delivery",
     "EventDelivered",
@@ -32,6 +33,7 @@ __all__ = [
     "NewRun",
     "Parked",
     "PartitionsMismatch",
+    "Rebuilt",
     "Refusal",
     "Refused",
     "Renewal",
@@ -231,6 +233,17 @@ class Damaged:
     fence: int | None = None
 
 
+@attrs.frozen
+class Rebuilt:
+    """A key that runs share (a queue, the list of queues, a wake-up list, the
+    workers' registry) that a tick found holding what it cannot work with, and
+    deleted so that it starts over: derived data, rebuilt as runs are queued
+    (the repair pass queues a queue's runs again). See `CorruptIndex`."""
+
+    key: str
+    detail: str  # what was wrong with it
+
+
 class CorruptData(CorruptRecord):
     """A store found a run's stored data unreadable while serving a call (an
     activation's write, a read of its history). Nothing was written. A
@@ -334,8 +347,9 @@ class FailedRun:
 @attrs.frozen
 class TickResult:
     """Timers fired and runs recovered by one `tick`, and when the next is due;
-    runs the repair pass put back on an index (`repaired`), and runs found
-    damaged (`damaged`: the caller fails them, `Store.quarantine`)."""
+    runs the repair pass put back on an index (`repaired`), runs found damaged
+    (`damaged`: the caller fails them, `Store.quarantine`), and keys runs share
+    that it found damaged and rebuilt (`rebuilt`: the caller logs them)."""
 
     fired: int
     recovered: int
@@ -345,6 +359,7 @@ class TickResult:
     failed: tuple[FailedRun, ...] = ()  # runs the pass failed (timed out, recovered too often)
     capped: bool = False  # a poll: a queue's ready run waits for this caller's worker cap
     schedules_due: float | None = None  # a poll: when a served flow's schedule needs a worker
+    rebuilt: tuple[Rebuilt, ...] = ()
 
 
 class Consumed(enum.Enum):

@@ -133,6 +133,11 @@ class Poller:
             log.warning("recovered %d run(s) whose lease expired", tick.recovered)
             for hook in self.interceptors:
                 hook.leases_recovered(tick.recovered)
+        for rebuilt in tick.rebuilt:
+            log.error(
+                "repair pass: %s could not be worked with (%s); deleted and rebuilt "
+                "(docs/operations.md#damaged-runs)", rebuilt.key, rebuilt.detail,
+            )  # fmt: skip
         if tick.repaired:
             log.warning(
                 "repair pass: queued %d run(s) again that no index reached (see their "

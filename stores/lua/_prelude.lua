@@ -160,11 +160,25 @@ local function move(id, to, explicit, known)
   return nil
 end
 
+-- What is wrong with the status indexes that moving a run from status `from`
+-- (nil: a new run) to `to` writes, and `more` ({key, type, ...}: other shared
+-- keys the script writes), or nil (see queue_damage: scripts check them first).
+local function move_damage(from, to, more)
+  local wants = more or {}
+  wants[#wants + 1], wants[#wants + 2] = P .. K.status .. to, 'zset'
+  if from then wants[#wants + 1], wants[#wants + 2] = P .. K.status .. from, 'zset' end
+  return mistyped_any(wants)
+end
+
 -- Leave a wake-up token on list `w` (at most 1024 kept). On Redis Cluster the
 -- waiters sleep on a sharded channel named like the list (same slot), and take
 -- the token when it rings (stores._wakeups); on one node they BLPOP the list.
+-- A list of another type (a hand edit) starts over: a token is only a hint.
 local function token(w)
-  redis.call('LPUSH', w, '1')
+  if type(redis.pcall('LPUSH', w, '1')) ~= 'number' then
+    redis.call('DEL', w)
+    redis.call('LPUSH', w, '1')
+  end
   redis.call('LTRIM', w, 0, 1023)
   if CLUSTER then redis.call('SPUBLISH', w, '1') end
 end
@@ -176,6 +190,17 @@ local function nudge(q)
   token(P .. K.wake .. '*')
 end
 
+-- Keys that runs share (a queue, the list of queues, the indexes). One a script
+-- cannot work with is no run's damage: the script answers err('index', key,
+-- what) before its first write (the store raises CorruptIndex), and no run is
+-- failed for it; maintain() rebuilds a queue and the list of queues.
+-- What is wrong with the keys enqueue(id) writes for a run of queue `q` (the
+-- FIFO counter and the wake-up lists aside: enqueue() and token() replace one
+-- that cannot count or hold tokens), or nil.
+local function queue_damage(q)
+  return mistyped_any({P .. K.queue .. q, 'zset', P .. K.queues, 'set'})
+end
+
 -- A run parked by a worker that keeps it in memory (field sticky, see
 -- suspend.lua: "fence:jseq:delay:owner", valid while the fence is unchanged)
 -- also wakes that worker on its own list (K.swake .. owner).
@@ -183,7 +208,13 @@ local function enqueue(id)
   local key = rk(id)
   local q, prio, tok, fence = unpack(redis.call('HMGET', key, 'queue', 'priority', 'sticky', 'fence'))
   prio = tonumber(prio)
-  local seq = redis.call('INCR', P .. K.seq)
+  -- a counter that cannot count (a hand edit) starts over: runs queued before it
+  -- may then run after runs of their priority queued since, nothing worse
+  local seq = redis.pcall('INCR', P .. K.seq)
+  if type(seq) ~= 'number' then
+    redis.call('DEL', P .. K.seq)
+    seq = redis.call('INCR', P .. K.seq)
+  end
   redis.call('ZADD', P .. K.queue .. q, string.format('%.0f', prio * 1099511627776 + seq), id)
   redis.call('SADD', P .. K.queues, q)
   nudge(q)
@@ -212,18 +243,21 @@ local function vacate(id)
   redis.pcall('ZREM', P .. K.qslots .. q, id)
   if ck then redis.pcall('ZREM', qkk(q, ck), id) end
   redis.call('HDEL', key, 'slot')
-  if string.sub(slot, 1, 1) == '1' and redis.call('ZCARD', P .. K.queue .. q) > 0 then nudge(q) end
+  -- (a queue of another type counts as empty: maintain() rebuilds it)
+  local n = redis.pcall('ZCARD', P .. K.queue .. q)
+  if string.sub(slot, 1, 1) == '1' and type(n) == 'number' and n > 0 then nudge(q) end
 end
 
--- Take a run off every index that would make it run or wake.
+-- Take a run off every index that would make it run or wake. (pcall: an index of
+-- another type holds no entry to take off; maintain() rebuilds a queue.)
 local function unqueue(id)
   local key = rk(id)
   vacate(id)
-  redis.call('ZREM', P .. K.queue .. redis.call('HGET', key, 'queue'), id)
-  redis.call('ZREM', P .. K.timers, id)
-  redis.call('ZREM', P .. K.leases, id)
-  redis.call('ZREM', P .. K.deadlines, id)
-  redis.call('ZREM', P .. K.cancels, id)
+  redis.pcall('ZREM', P .. K.queue .. redis.call('HGET', key, 'queue'), id)
+  redis.pcall('ZREM', P .. K.timers, id)
+  redis.pcall('ZREM', P .. K.leases, id)
+  redis.pcall('ZREM', P .. K.deadlines, id)
+  redis.pcall('ZREM', P .. K.cancels, id)
   redis.call('DEL', P .. K.waits .. id)
   redis.call('HDEL', key, 'lease_owner', 'lease_exp')
 end
@@ -645,11 +679,19 @@ local function drop_box(id, box)
   redis.call('DEL', mb)
 end
 
+-- What is wrong with the shared keys that waking waiting run `id` (of status
+-- `st`) writes: its queue's (queue_damage), and the status indexes; or nil.
+local function wake_damage(id, st)
+  local where, bad = queue_damage(redis.call('HGET', rk(id), 'queue'))
+  if bad then return where, bad end
+  return move_damage(st, 'running')
+end
+
 local function wake_run(id)
   local e = move(id, 'running')
   if e then return e end
   redis.call('DEL', P .. K.waits .. id)
-  redis.call('ZREM', P .. K.timers, id)
+  redis.pcall('ZREM', P .. K.timers, id)  -- (a damaged timer index holds no entry)
   enqueue(id)
   return nil
 end
@@ -667,9 +709,12 @@ local REPAIR_EVERY = 1
 -- Why run `id` (of `st`, read and found usable) is on no index that runs or wakes
 -- it, or nil: pending off its queue; running or replaying with neither a lease
 -- nor a queue entry; waiting with neither a timer nor a mailbox it waits on.
+-- (Its queue is sound: maintain's sound() saw to it.) A queued run's queue is
+-- listed again, in case the list of queues was rebuilt.
 local function unreached(id, st)
   local q = redis.call('HGET', rk(id), 'queue')
   local queued = redis.call('ZSCORE', P .. K.queue .. q, id)
+  if queued then redis.call('SADD', P .. K.queues, q) end
   if st == 'pending' then  -- queued, or on a timer until its delayed start
     if queued or redis.call('ZSCORE', P .. K.timers, id) then return nil end
     return 'pending without a queue entry'
@@ -684,14 +729,66 @@ local function unreached(id, st)
   return st .. ' without a timer or a wait'
 end
 
-local function repair(now, limit, note)
-  local cur = P .. K.repair
-  local c = redis.pcall('HMGET', cur, 'due', 'status', 'id', 'score')
+-- What of waiting run `id` that its wake-up needs cannot be worked with: a
+-- signal, an event or a decision for it is refused while its log, mailboxes,
+-- dedup ids or waits are damaged, so nothing else would ever end it. Returns
+-- the key and what is wrong, or nil.
+local function wait_damage(id)
+  local waits = P .. K.waits .. id
+  local key, bad = mistyped_any({P .. K.events .. id, 'stream', P .. K.checkpoints .. id, 'stream',
+                                 P .. K.dedup .. id, 'set', P .. K.mailboxes .. id, 'set',
+                                 waits, 'set', P .. K.approvers .. id, 'hash',
+                                 P .. K.evwatch .. id, 'hash', P .. K.journal .. id, 'hash',
+                                 P .. K.jseq .. id, 'hash', P .. K.lineage .. id, 'hash'})
+  if bad then return key, bad end
+  for _, box in ipairs(redis.call('SMEMBERS', waits)) do
+    key = mbk(id, box)
+    bad = mistyped(key, 'list')
+    if bad then return key, bad end
+  end
+  return nil
+end
+
+-- The repair pass's cursor when a pass is due at `now`, else nil.
+local function repair_due(now)
+  local c = redis.pcall('HMGET', P .. K.repair, 'due', 'status', 'id', 'score')
   local broken = c.err ~= nil
   if broken then c = {} end  -- our own bookkeeping, damaged: start over
-  local due, st, last, score = c[1], c[2], c[3], c[4]
+  if isnum(c[1]) and tonumber(c[1]) > tonumber(now) then return nil end
+  return {broken = broken, st = c[2], last = c[3], score = c[4]}
+end
+
+-- Delete shared key `key` (of the wrong type: `what`, noted in `rebuilt`) so
+-- that it starts over. Only derived data goes this way (what it held was none
+-- of ours: no entry of it could be read), and the worker logs what it was.
+local function start_over(key, what, rebuilt)
+  redis.call('DEL', key)
+  rebuilt[#rebuilt + 1] = key
+  rebuilt[#rebuilt + 1] = what
+end
+
+-- Rebuild what enqueue() and the workers' wake-up waits need of queue `q` ('':
+-- the wake-up list of every queue) that cannot be worked with. Each is derived
+-- data: a queue started over is empty, and the repair pass queues its runs
+-- again as it reaches them (pending, or running or replaying, without a queue
+-- entry); the list of queues is refilled as runs are queued or reached.
+local function rebuild_queue(q, rebuilt)
+  local wake = P .. K.wake .. (q == '' and '*' or q)
+  local bad = mistyped(wake, 'list')
+  if bad then start_over(wake, bad, rebuilt) end
+  if q == '' then return end
+  for _ = 1, 2 do  -- the queue, the list of queues: each once at most
+    local key
+    key, bad = queue_damage(q)
+    if not bad then return end
+    start_over(key, bad, rebuilt)
+  end
+end
+
+local function repair(now, limit, note, sound, c)
+  local cur = P .. K.repair
+  local st, last, score = c.st, c.last, c.score
   if last == '' then last, score = nil, nil end  -- (a pass that ended a round writes '')
-  if isnum(due) and tonumber(due) > tonumber(now) then return 0 end
   local at = 1
   for i, name in ipairs(REPAIRED) do if name == st then at = i end end
   local repaired, left = 0, limit
@@ -707,6 +804,8 @@ local function repair(now, limit, note)
       local id = ids[i]
       last, score = id, ids[i + 1]
       local key, bad, now_st = damaged(id)
+      local waiting = st == 'waiting_for_signal' or st == 'waiting_for_human'
+      if not bad and now_st == st and waiting then key, bad = wait_damage(id) end
       if bad then
         -- a leased run is left to its holder's next write, or its lease's expiry
         if not redis.call('ZSCORE', P .. K.leases, id) then note(id, key, bad) end
@@ -718,16 +817,13 @@ local function repair(now, limit, note)
           redis.call('ZADD', P .. K.status .. now_st, redis.call('HGET', rk(id), 'created_at'), id)
         end
       else
+        sound(id)
         local found = unreached(id, st)
         local log = P .. K.events .. id
         if found and mistyped(log, 'stream') then
           note(id, log, mistyped(log, 'stream'))
         elseif found then
-          if st == 'waiting_for_signal' or st == 'waiting_for_human' then
-            wake_run(id)
-          else
-            enqueue(id)
-          end
+          if waiting then wake_run(id) else enqueue(id) end
           emit(id, 'run.repaired', now, '', '{"found":"' .. found .. '"}')
           repaired = repaired + 1
         end
@@ -738,7 +834,7 @@ local function repair(now, limit, note)
     at, last, score = at % #REPAIRED + 1, nil, nil  -- this index is done: the next one
     if at == 1 then break end  -- a whole round: rest until the next pass
   end
-  if broken then redis.call('DEL', cur) end
+  if c.broken then redis.call('DEL', cur) end
   -- one write: a round's end leaves '' for the run and score last seen
   redis.call('HSET', cur, 'due', string.format('%.17g', tonumber(now) + REPAIR_EVERY),
              'status', REPAIRED[at], 'id', last or '', 'score', score or '')
@@ -749,9 +845,10 @@ end
 -- passed, force cancels whose grace ran out, delete runs whose retention
 -- ended, and run the repair pass. Returns fired (timers, timeouts and forced
 -- cancels), recovered, next timer, run deadline or grace deadline due ('' if
--- none), next lease expiry ('' if none), repaired, and the runs found damaged
+-- none), next lease expiry ('' if none), repaired, the runs found damaged
 -- (id, key, what is wrong, ...): they are taken off the index that found them
--- and left for the worker to fail (quarantine.lua).
+-- and left for the worker to fail (quarantine.lua), the runs it failed, and
+-- the shared keys it rebuilt (key, what was wrong, ...).
 -- End run `id` as `failed` now with the error `why` (JSON) and `reason`, its
 -- lease and queue entries dropped (the caller fences its activation out): a run
 -- timeout, too many recoveries.
@@ -797,6 +894,29 @@ local function maintain(now, limit, max_recoveries, recovery_error)
     damage[#damage + 1] = key
     damage[#damage + 1] = what
   end
+  -- Shared keys started over (key, what was wrong, ...). A run's
+  -- queue is made sound before the run is queued (once a call per queue); every
+  -- queue of the partition, once a pass of the repair pass: a damaged one would
+  -- make every start of its runs, and every claim, fail.
+  local rebuilt, sound_q = {}, {}
+  local function sound_queue(q)
+    if sound_q[q] then return end
+    sound_q[q] = true
+    rebuild_queue(q, rebuilt)
+  end
+  local function sound(id) sound_queue(redis.call('HGET', rk(id), 'queue')) end
+  local cursor = repair_due(now)
+  if cursor then
+    -- (the workers' registry, in partition 0: live workers register again at
+    -- their next heartbeat)
+    local names = P .. K.queues
+    for _, kt in ipairs({{names, 'set'}, {P .. K.workers, 'zset'}, {P .. K.worker, 'hash'}}) do
+      local bad = mistyped(kt[1], kt[2])
+      if bad then start_over(kt[1], bad, rebuilt) end
+    end
+    sound_queue('')
+    for _, q in ipairs(redis.call('SMEMBERS', names)) do sound_queue(q) end
+  end
   -- Each index's first entry is read once, and its due entries only when it is
   -- due: an idle pass reads five entries, not five ranges and then four entries.
   -- Due timers alone write to no other index maintain reports (wake_run and
@@ -816,9 +936,11 @@ local function maintain(now, limit, max_recoveries, recovery_error)
     if bad then
       note(id, key, bad)
     elseif st == 'waiting_for_signal' or st == 'waiting_for_human' then
+      sound(id)
       wake_run(id)
       fired = fired + 1
     elseif st == 'pending' then  -- a delayed start (start_at) is due
+      sound(id)
       enqueue(id)
       fired = fired + 1
     end
@@ -834,6 +956,7 @@ local function maintain(now, limit, max_recoveries, recovery_error)
     if bad then
       note(id, dkey, bad)
     elseif st == 'running' then
+      sound(id)
       redis.call('HINCRBY', key, 'fence', 1)
       redis.call('HDEL', key, 'lease_owner', 'lease_exp')
       if redis.call('HINCRBY', key, 'recoveries', 1) > tonumber(max_recoveries) then
@@ -906,7 +1029,7 @@ local function maintain(now, limit, max_recoveries, recovery_error)
       redis.call('ZREM', P .. K.expiry, id)  -- stale: the run was resumed
     end
   end
-  local repaired = repair(now, limit, note)
+  local repaired = cursor and repair(now, limit, note, sound, cursor) or 0
   -- the first entries read above still hold unless a due loop or a repair wrote
   if moved == 'all' or repaired > 0 then first = {} elseif moved then first[K.timers] = nil end
   local function next_of(index)
@@ -919,7 +1042,8 @@ local function maintain(now, limit, max_recoveries, recovery_error)
   if nd[2] and (not nt[2] or tonumber(nd[2]) < tonumber(nt[2])) then nt = nd end
   nd = next_of(K.cancels)
   if nd[2] and (not nt[2] or tonumber(nd[2]) < tonumber(nt[2])) then nt = nd end
-  return fired + timed_out + forced, recovered, nt[2] or '', nl[2] or '', repaired, damage, failed
+  return fired + timed_out + forced, recovered, nt[2] or '', nl[2] or '', repaired, damage, failed,
+    rebuilt
 end
 
 -- The first ready run of queue `q` this worker may take: of a flow (version)
@@ -971,8 +1095,9 @@ end
 local function head(q, served, lim, now, owner)
   local keyed = lim and lim.k
   local wide = served or keyed
-  local r = redis.call('ZRANGE', P .. K.queue .. q, 0, wide and 63 or 0, 'WITHSCORES')
-  if #r == 0 then return nil, nil, nil, true end  -- (4th: the queue is empty)
+  local r = redis.pcall('ZRANGE', P .. K.queue .. q, 0, wide and 63 or 0, 'WITHSCORES')
+  -- (4th: the queue is empty; one of another type counts as empty: maintain() rebuilds it)
+  if r.err or #r == 0 then return nil, nil, nil, true end
   if lim then
     if lim.w and lim.w <= 0 then return nil, 'worker' end
     if lim.c and slots(P .. K.qslots .. q) >= lim.c then return nil, 'concurrency' end
@@ -1063,6 +1188,12 @@ local function sticky_hit(id, owner)
   return o == owner and f == (s[2] or '0') and j == (s[3] or '0')
 end
 
+-- The partition's queues (a list of another type: none, until maintain() rebuilds it).
+local function all_queues()
+  local names = redis.pcall('SMEMBERS', P .. K.queues)
+  return names.err and {} or names
+end
+
 -- Take up to `limit` ready runs (lowest score first across `queues`; every
 -- queue when `every`), lease them to `owner`, and return for each {id, its run
 -- hash, its whole journal, its non-empty mailboxes, its lineage records, 1 when
@@ -1073,7 +1204,7 @@ end
 -- queue next has room ('' if none waits for it), and whether a ready run waits
 -- for this caller's own worker cap.
 local function take(owner, now, expiry, limit, queues, every, served, lims)
-  if every then queues = redis.call('SMEMBERS', P .. K.queues) end
+  if every then queues = all_queues() end
   local out = {}
   local n = 0
   local held = {}  -- queue -> the limit holding it back (counts only grow during a take)
@@ -1172,7 +1303,7 @@ end
 -- sticky runs); the runs behind it are not checked. Also whether a ready run
 -- waits for this caller's own worker cap, and when a held queue has room.
 local function peek(k, owner, queues, every, served, lims, now)
-  if every then queues = redis.call('SMEMBERS', P .. K.queues) end
+  if every then queues = all_queues() end
   local found, capped, room = {}, false, nil
   for _, q in ipairs(queues) do
     local id, got, at = head(q, served, lims[q], now, owner)

@@ -21,6 +21,11 @@ if bad then return err('corrupt', where, bad) end
 if not st then return err('not_found') end
 local asked = redis.call('HGET', KEYS[1], 'cancel_at')
 if grace ~= '' and not asked and st ~= 'pending' and not TERMINAL[st] then
+  if st == 'waiting_for_signal' or st == 'waiting_for_human' then  -- woken: queued
+    where, bad = wake_damage(id, st)
+  end
+  if not bad then where, bad = mistyped_any({P .. K.cancels, 'zset'}) end
+  if bad then return err('index', where, bad) end
   redis.call('HSET', KEYS[1], 'cancel_reason', ARGV[3], 'cancel_at', grace, 'cancel_ev', ARGV[8])
   redis.call('ZADD', P .. K.cancels, grace, id)
   emit(id, 'run.cancel_requested', ARGV[4], '', ARGV[7])
@@ -31,6 +36,10 @@ if grace ~= '' and not asked and st ~= 'pending' and not TERMINAL[st] then
     nudge(redis.call('HGET', KEYS[1], 'queue'))
   end
   return {2}
+end
+if not TERMINAL[st] then  -- canceled now (a finished run: refused by move below)
+  where, bad = move_damage(st, 'canceled', {P .. K.expiry, 'zset'})
+  if bad then return err('index', where, bad) end
 end
 local reason, data = ARGV[3], ARGV[5]
 if asked and not TERMINAL[st] then

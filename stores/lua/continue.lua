@@ -26,6 +26,8 @@ local watch = P .. K.evwatch .. id
 where, bad = mistyped_any({P .. K.events .. id, 'stream', P .. K.checkpoints .. id, 'stream',
                            watch, 'hash'})
 if bad then return err('corrupt', where, bad) end
+where, bad = queue_damage(redis.call('HGET', key, 'queue'))
+if bad then return err('index', where, bad) end
 -- the archived generation: a finished run record
 local h = redis.call('HGETALL', key)
 local kept = {}

@@ -26,6 +26,12 @@ if not listening then
   redis.call('SREM', P .. K.evindex .. ARGV[3], id)
   return {2}
 end
+local wakes = (st == 'waiting_for_signal' or st == 'waiting_for_human')
+  and redis.call('SISMEMBER', P .. K.waits .. id, ARGV[4]) == 1
+if wakes then
+  where, bad = wake_damage(id, st)
+  if bad then return err('index', where, bad) end
+end
 if redis.call('SISMEMBER', P .. K.dedup .. id, ARGV[6]) == 1 then return {0} end
 local full = admit(id, ARGV[4], ARGV[5], false)
 if full then return full end
@@ -34,8 +40,5 @@ redis.call('RPUSH', mbk(id, ARGV[4]), ARGV[5])
 redis.call('SADD', P .. K.mailboxes .. id, ARGV[4])
 tally(id, ARGV[4], 1, #ARGV[5])
 emit(id, 'event.delivered', ARGV[7], '', ARGV[8])
-if (st == 'waiting_for_signal' or st == 'waiting_for_human')
-    and redis.call('SISMEMBER', P .. K.waits .. id, ARGV[4]) == 1 then
-  wake_run(id)
-end
+if wakes then wake_run(id) end
 return {1}

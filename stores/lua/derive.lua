@@ -31,6 +31,17 @@ for j = at + 1, at + 3 * nm, 3 do
 end
 where, bad = mistyped_any(wants)
 if bad then return err('corrupt', where, bad) end
+local q, parent = nil, nil
+for j = 1, #fields, 2 do
+  if fields[j] == 'queue' then q = fields[j + 1] elseif fields[j] == 'parent' then parent = fields[j + 1] end
+end
+where, bad = queue_damage(q)
+if not bad then
+  local shared = {P .. K.status .. 'pending', 'zset', P .. K.runs, 'zset', P .. K.expiry, 'zset'}
+  if parent then shared[7], shared[8] = P .. K.children .. parent, 'zset' end
+  where, bad = mistyped_any(shared)
+end
+if bad then return err('index', where, bad) end
 redis.call('HSET', key, unpack(fields))
 local i = 8 + 2 * nf
 local run = {false, false, false, false}  -- a new run: no counters yet
@@ -48,7 +59,6 @@ for j = at + 1 + 3 * nm, #ARGV, 2 do redis.call('HSET', P .. K.lineage .. id, AR
 move(id, 'pending')
 local created = redis.call('HGET', key, 'created_at')
 redis.call('ZADD', P .. K.runs, created, id)
-local parent = redis.call('HGET', key, 'parent')
 if parent then redis.call('ZADD', P .. K.children .. parent, created, id) end
 emit(id, ARGV[4], created, '', ARGV[5])
 enqueue(id)

@@ -13,6 +13,10 @@ if not bad then
   where, bad = mistyped_any({P .. K.events .. id, 'stream', P .. K.checkpoints .. id, 'stream'})
 end
 if bad then return err('corrupt', where, bad) end
+if ALLOWED.running[ARGV[4]] then  -- (another move is refused by move below)
+  where, bad = move_damage('running', ARGV[4], {P .. K.expiry, 'zset'})
+  if bad then return err('index', where, bad) end
+end
 local e = move(id, ARGV[4])
 if e then return e end
 local fields = {'finished_at', ARGV[5]}

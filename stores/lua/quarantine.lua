@@ -6,7 +6,8 @@
 -- as far as its damaged keys allow. What was damaged stays as it was found.
 -- With a fence, only while the run is leased on it; without, only while no
 -- lease is held. Returns 1; 0 when there was nothing to do (ended, gone,
--- leased by another); -1 when its record is not a hash (nothing can be written).
+-- leased by another); -1 when its record is not a hash (nothing can be written);
+-- err('index', ...) when the index of failed runs is not a sorted set.
 local id, key, now = ARGV[2], KEYS[1], ARGV[4]
 local bad = badnum(now, 'now') or (ARGV[3] ~= '' and badnum(ARGV[3], 'fence', true))
 if bad then return err('invalid', bad) end
@@ -21,11 +22,14 @@ elseif redis.call('ZSCORE', P .. K.leases, id) then
   return 0
 end
 if st and TERMINAL[st] then return 0 end
+bad = mistyped(P .. K.status .. 'failed', 'zset')
+if bad then return err('index', P .. K.status .. 'failed', bad) end
 vacate(id)
-for s in pairs(ALLOWED) do redis.call('ZREM', P .. K.status .. s, id) end
-if q then redis.call('ZREM', P .. K.queue .. q, id) end
-redis.call('ZREM', P .. K.timers, id)
-redis.call('ZREM', P .. K.leases, id)
+-- (pcall: an index of another type holds no entry to take off)
+for s in pairs(ALLOWED) do redis.pcall('ZREM', P .. K.status .. s, id) end
+if q then redis.pcall('ZREM', P .. K.queue .. q, id) end
+redis.pcall('ZREM', P .. K.timers, id)
+redis.pcall('ZREM', P .. K.leases, id)
 redis.call('DEL', P .. K.waits .. id)
 redis.call('HDEL', key, 'lease_owner', 'lease_exp', 'waiting_on')
 redis.call('HSET', key, 'status', 'failed', 'reason', 'corrupt_record', 'error', ARGV[5],

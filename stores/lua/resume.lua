@@ -38,6 +38,12 @@ end
 if rewind and (st ~= 'canceled' or redis.call('HGET', KEYS[1], 'fence') ~= ARGV[7]) then
   return err('changed', st)
 end
+where, bad = queue_damage(redis.call('HGET', KEYS[1], 'queue'))
+if not bad and not queued then
+  where, bad = move_damage(st, 'running', {P .. K.timers, 'zset', P .. K.expiry, 'zset',
+                                           P .. K.deadlines, 'zset'})
+end
+if bad then return err('index', where, bad) end
 if version ~= '' then redis.call('HSET', KEYS[1], 'flow_version', version) end
 if queued then
   emit(id, 'run.resumed', ARGV[4], '', ARGV[5])

@@ -25,6 +25,13 @@ for _ = 1, tonumber(ARGV[6]) do
   local log = P .. K.events .. it.run
   bad = mistyped(log, 'stream') or mistyped(rk(it.run), 'hash')
   if bad then return err('corrupt', log, bad) end
+  for j = 1, #it.fields, 2 do
+    if it.fields[j] == 'queue' then
+      local where
+      where, bad = queue_damage(it.fields[j + 1])
+      if bad then return err('index', where, bad) end
+    end
+  end
   items[#items + 1] = it
   i = i + 6 + n
 end

@@ -30,6 +30,12 @@ if ARGV[8] == '1' then
     return err('forbidden', ARGV[9])
   end
 end
+local wakes = (st == 'waiting_for_signal' or st == 'waiting_for_human')
+  and redis.call('SISMEMBER', P .. K.waits .. id, ARGV[3]) == 1
+if wakes then
+  where, bad = wake_damage(id, st)
+  if bad then return err('index', where, bad) end
+end
 local full = admit(id, ARGV[3], ARGV[4], ARGV[8] == '1')
 if full then return full end
 if ARGV[5] ~= '' then redis.call('SADD', P .. K.dedup .. id, ARGV[5]) end
@@ -37,8 +43,5 @@ redis.call('RPUSH', mbk(id, ARGV[3]), ARGV[4])
 redis.call('SADD', P .. K.mailboxes .. id, ARGV[3])
 tally(id, ARGV[3], 1, #ARGV[4])
 emit(id, 'signal.received', ARGV[6], '', ARGV[7])
-if (st == 'waiting_for_signal' or st == 'waiting_for_human')
-    and redis.call('SISMEMBER', P .. K.waits .. id, ARGV[3]) == 1 then
-  wake_run(id)
-end
+if wakes then wake_run(id) end
 return {1}

@@ -37,6 +37,9 @@ if not bad then
   where, bad = mistyped_any(wants)
 end
 if bad then return err('corrupt', where, bad) end
+where, bad = queue_damage(redis.call('HGET', KEYS[1], 'queue'))  -- (a ready run is queued)
+if not bad then where, bad = move_damage('running', ARGV[6], {P .. K.timers, 'zset'}) end
+if bad then return err('index', where, bad) end
 local i = 8
 for _ = 1, tonumber(ARGV[7]) do
   journaled(id, run, KEYS[2], ARGV[i], ARGV[i + 1])
@@ -65,7 +68,7 @@ else
   redis.call('HDEL', KEYS[1], 'sticky', 'sticky_seen')
 end
 redis.call('HDEL', KEYS[1], 'lease_owner', 'lease_exp')
-redis.call('ZREM', P .. K.leases, id)
+redis.pcall('ZREM', P .. K.leases, id)  -- (a damaged index holds no entry)
 vacate(id)  -- a parked run holds no slot of its queue
 if ready then
   enqueue(id)

@@ -24,6 +24,11 @@ fixture must be an async fixture pytest-asyncio runs (`pytest_asyncio.fixture`,
 or a plain ``pytest.fixture`` under ``asyncio_mode = "auto"``). A few checks
 run flows on the store with the engine's own worker (`FlowTestEnv`).
 
+The checks of damaged data break the store's data by hand, which the protocol
+has no call for: they take the fixture ``damage`` (a `Damage`). The kit gives
+one for the Redis store (`RedisDamage`); for another store, define the
+fixture in your subclass, or those checks skip.
+
 The kit needs the ``test`` extra (pytest-asyncio, freezegun).
 """
 
@@ -41,6 +46,7 @@ from testing.conformance._cancels import CancelRequestChecks  # noqa: E402
 from testing.conformance._claims import ClaimChecks  # noqa: E402
 from testing.conformance._consume import ConsumeChecks  # noqa: E402
 from testing.conformance._continue import ContinueChecks  # noqa: E402
+from testing.conformance._damage import Damage, DamageChecks, RedisDamage  # noqa: E402
 from testing.conformance._decisions import DecisionChecks  # noqa: E402
 from testing.conformance._derive import DeriveChecks  # noqa: E402
 from testing.conformance._engine import EngineChecks  # noqa: E402
@@ -61,7 +67,7 @@ from testing.conformance._timeouts import TimeoutChecks  # noqa: E402
 from testing.conformance._waits import WaitChecks  # noqa: E402
 from testing.conformance._workers import WorkerChecks  # noqa: E402
 
-__all__ = ["StoreConformance"]
+__all__ = ["Damage", "RedisDamage", "StoreConformance"]
 
 
 class StoreConformance(
@@ -79,6 +85,7 @@ class StoreConformance(
     HistoryChecks,
     OutboxChecks,
     QuarantineChecks,
+    DamageChecks,
     RunIdChecks,
     EngineChecks,
     WorkerChecks,
