@@ -15,7 +15,7 @@ from sdk._core._checks import check_id
 from sdk._core._types import RunRecord
 from sdk.errors import InvalidArgument
 
-__all__ = ["Role", "RoleAuthorizer", "parse_role"]
+__all__ = ["Role", "RoleAuthorizer", "parse_role", "parse_roles"]
 
 
 class Role(enum.StrEnum):
@@ -39,6 +39,18 @@ def parse_role(value: str, what: str) -> Role:
     except ValueError:
         known = ", ".join(r.value for r in Role)
         raise InvalidArgument(f"{what}: unknown role {value[:60]!r} (the roles: {known})") from None
+
+
+def parse_roles(held: Iterable[Role | str], what: str, actor: str) -> frozenset[Role]:
+    """The roles `actor` is given in `held` (names or `Role`s); `InvalidArgument`
+    naming `what` and the actor for a string in place of a collection, or an
+    unknown role."""
+    if isinstance(held, str):
+        raise InvalidArgument(
+            f"{what}: the roles of {actor!r} must be a collection of roles, "
+            f"not the string {held[:60]!r}"
+        )
+    return frozenset(parse_role(r, f"{what}: {actor!r}") for r in held)
 
 
 _OPERATOR = frozenset(
@@ -75,12 +87,7 @@ class RoleAuthorizer:
         table: dict[str, frozenset[Role]] = {}
         for actor, held in roles.items():
             check_id(actor, "RoleAuthorizer: actor")
-            if isinstance(held, str):
-                raise InvalidArgument(
-                    f"RoleAuthorizer: the roles of {actor!r} must be a collection of roles, "
-                    f"not the string {held[:60]!r}"
-                )
-            table[actor] = frozenset(parse_role(r, f"RoleAuthorizer: {actor!r}") for r in held)
+            table[actor] = parse_roles(held, "RoleAuthorizer", actor)
         self._roles = table
 
     def __repr__(self) -> str:

@@ -18,7 +18,7 @@ from pathlib import Path
 from starlette.requests import Request
 
 from sdk._core._checks import check_id
-from sdk.client._roles import Role, RoleAuthorizer, parse_role
+from sdk.client._roles import Role, RoleAuthorizer, parse_roles
 from sdk.errors import InvalidArgument
 
 __all__ = ["TOKENS_VARIABLE", "Authenticate", "BearerTokens", "is_loopback"]
@@ -82,12 +82,7 @@ class BearerTokens:
         for actor, given in (roles or {}).items():
             if actor not in actors:
                 raise InvalidArgument(f"BearerTokens: roles given for {actor!r}, who has no token")
-            if isinstance(given, str):
-                raise InvalidArgument(
-                    f"BearerTokens: the roles of {actor!r} must be a collection of roles, "
-                    f"not the string {given[:60]!r}"
-                )
-            held[actor] = frozenset(parse_role(r, f"BearerTokens: {actor!r}") for r in given)
+            held[actor] = parse_roles(given, "BearerTokens", actor)
         self._roles = held
 
     def __repr__(self) -> str:  # never the tokens
