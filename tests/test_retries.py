@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter, defaultdict
+from typing import Any
 
 import pytest
 
 from sdk import RetryPolicy, current_step, flow, step, wait_for
-from sdk.errors import RunFailed
+from sdk.errors import InvalidArgument, RunFailed
 from stores.redis import RedisStore
 from testing import FlowTestEnv
 
@@ -361,3 +362,30 @@ def test_retry_policy_verdicts() -> None:
 def test_retry_policy_rejects_invalid_settings(kwargs: dict[str, float]) -> None:
     with pytest.raises(ValueError):
         RetryPolicy(**kwargs)  # type: ignore[arg-type]
+
+
+def test_the_backoff_never_overflows_however_many_failures() -> None:
+    # 2.0 ** 1024 overflows a float: a policy with many attempts (the engine's own
+    # deliveries of a child's end use a million) waits max_interval, never raises
+    many = RetryPolicy(max_attempts=1_000_000, initial_interval=0.5, max_interval=60.0)
+    assert [many.delay(n) for n in (1, 2, 8, 1025, 2000, 10**6)] == [
+        0.5, 1.0, 60.0, 60.0, 60.0, 60.0,
+    ]  # fmt: skip
+    assert RetryPolicy(max_attempts=5000, initial_interval=0).delay(3000) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("given", "named"),
+    [
+        ({"max_attempts": [1]}, "max_attempts must be an int >= 1"),
+        ({"max_attempts": 0}, "max_attempts must be an int >= 1"),
+        ({"max_failures": True}, "max_failures must be an int >= 1"),
+        ({"initial_interval": float("inf")}, "initial_interval must be a finite number"),
+        ({"max_interval": float("nan")}, "max_interval must be a finite number"),
+        ({"backoff": 0.5}, "backoff must be a finite number from 1"),
+        ({"jitter": 2}, "jitter must be a finite number from 0 to 1"),
+    ],
+)
+def test_a_bad_retry_policy_is_refused_naming_the_field(given: dict[str, Any], named: str) -> None:
+    with pytest.raises(InvalidArgument, match=f"RetryPolicy: {named}"):
+        RetryPolicy(**given)

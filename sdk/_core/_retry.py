@@ -2,18 +2,43 @@
 
 from __future__ import annotations
 
+import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import attrs
 
+from sdk._core._clock import MAX_SECONDS
+from sdk._core._limits import short
 from sdk._core._types import Reason
+from sdk.errors import InvalidArgument
 
 __all__ = ["RetryPolicy"]
 
 
 def _types(value: Sequence[type[BaseException]]) -> tuple[type[BaseException], ...]:
     return tuple(value)
+
+
+def _count(policy: object, field: attrs.Attribute[Any], value: Any) -> None:
+    """An attempt or failure count: an int, at least 1."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidArgument(f"RetryPolicy: {field.name} must be an int >= 1, got {short(value)}")
+
+
+def _number(low: float, high: float) -> Callable[[object, attrs.Attribute[Any], Any], None]:
+    """A number of seconds (or a factor, a fraction): finite, from `low` to `high`."""
+
+    def check(policy: object, field: attrs.Attribute[Any], value: Any) -> None:
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not number or not math.isfinite(value) or not low <= value <= high:
+            raise InvalidArgument(
+                f"RetryPolicy: {field.name} must be a finite number from {low:g} to {high:g}, "
+                f"got {short(value)}"
+            )
+
+    return check
 
 
 @attrs.frozen
@@ -40,17 +65,15 @@ class RetryPolicy:
         async def charge(order_id: str) -> str: ...
     """
 
-    max_attempts: int = attrs.field(default=3, validator=attrs.validators.ge(1))
-    initial_interval: float = attrs.field(default=1.0, validator=attrs.validators.ge(0))
-    backoff: float = attrs.field(default=2.0, validator=attrs.validators.ge(1))
-    max_interval: float = attrs.field(default=60.0, validator=attrs.validators.ge(0))
+    max_attempts: int = attrs.field(default=3, validator=_count)
+    initial_interval: float = attrs.field(default=1.0, validator=_number(0.0, MAX_SECONDS))
+    backoff: float = attrs.field(default=2.0, validator=_number(1.0, MAX_SECONDS))
+    max_interval: float = attrs.field(default=60.0, validator=_number(0.0, MAX_SECONDS))
     max_failures: int | None = attrs.field(
-        default=None, validator=attrs.validators.optional(attrs.validators.ge(1))
+        default=None, validator=attrs.validators.optional(_count)
     )
     non_retryable: tuple[type[BaseException], ...] = attrs.field(default=(), converter=_types)
-    jitter: float = attrs.field(
-        default=0.0, validator=[attrs.validators.ge(0), attrs.validators.le(1)]
-    )
+    jitter: float = attrs.field(default=0.0, validator=_number(0.0, 1.0))
 
     def to_json(self) -> str:
         """JSON of the policy (exception types as ``module:qualname``)."""
@@ -69,8 +92,16 @@ class RetryPolicy:
         return cls(**data)
 
     def delay(self, failures: int) -> float:
-        """Seconds to wait after the `failures`-th failed attempt."""
-        base = min(self.initial_interval * self.backoff ** (failures - 1), self.max_interval)
+        """Seconds to wait after the `failures`-th failed attempt (never past
+        `max_interval`, however many failures: the growth cannot overflow)."""
+        if self.initial_interval == 0:
+            grown = 0.0
+        else:
+            try:
+                grown = self.initial_interval * self.backoff ** (failures - 1)
+            except OverflowError:  # (2.0 ** 1024: long past any cap)
+                grown = math.inf
+        base = min(grown, self.max_interval)
         if self.jitter:
             base += base * self.jitter * random.random()
         return base
