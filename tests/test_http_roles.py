@@ -5,10 +5,6 @@ audited; a deletion's audit entry outlives the run."""
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
-import subprocess
-import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,9 +16,8 @@ from click.testing import CliRunner
 from sdk import Client, RunRecord, Worker
 from sdk.cli import cli
 from stores.redis import RedisStore
-from tests.conftest import free_port
-from tests.crashflows import ROOT, STEADYFLOW
 from tests.test_http import gated  # noqa: F401 (its flows: this process's worker runs them)
+from tests.test_http_serve import serving as serve_process
 
 #: The tests that run a real server on the real Redis.
 process = [pytest.mark.slow, pytest.mark.redis]
@@ -52,34 +47,11 @@ def make_only_olga() -> OnlyOlga:
 
 @contextlib.contextmanager
 def serving(redis_url: str, prefix: str, workdir: Path, *argv: str) -> Iterator[str]:
-    """``steadyflow serve tests.test_http ARGV`` on `prefix`; its base URL while it runs."""
-    port = free_port()
-    log_path = workdir / "serve.log"
-    log = log_path.open("w")
-    proc = subprocess.Popen(
-        [STEADYFLOW, "serve", "tests.test_http", "--store", redis_url, "--prefix", prefix,
-         "--host", "127.0.0.1", "--port", str(port), *argv],
-        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-        env={**os.environ, "STEADYFLOW_API_TOKENS": ""},
-    )  # fmt: skip
-    base = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(200):  # until it listens (a cold start imports uvicorn and the flows)
-            if proc.poll() is not None:
-                break
-            try:
-                httpx.get(f"{base}/healthz", timeout=1)
-                break
-            except httpx.TransportError:
-                time.sleep(0.1)
-        assert proc.poll() is None, log_path.read_text()
+    """``steadyflow serve tests.test_http ARGV`` on `prefix`, with no tokens in the
+    environment (they come from ARGV); its base URL while it runs."""
+    store = ["--store", redis_url, "--prefix", prefix]
+    with serve_process(store, workdir, *argv, env={"STEADYFLOW_API_TOKENS": ""}) as base:
         yield base
-    finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGTERM)
-        code = proc.wait(timeout=20)
-        log.close()
-        assert code == 0, log_path.read_text()
 
 
 @pytest.fixture(name="server")

@@ -94,7 +94,8 @@ class RunStarter:
             tenant_id=tenant_id, options=options, now=core.clock.time(),
             concurrency_key=concurrency_key, start_at=start_at, start_in=start_in, queues=queues,
         )  # fmt: skip
-        await core.authorize_new(actor, "start", pending_record(new), f"run {run_id!r}")
+        if actor is not None:  # (the record asked about is made only for a call that names one)
+            await core.authorize_new(actor, "start", pending_record(new), f"run {run_id!r}")
         declared = queues.get(new.queue)
         try:
             data = {

@@ -156,8 +156,9 @@ class ActivationState:
         return self.backing_off > 0 or self.next_due() is not None
 
     def maybe_held(self) -> None:
-        """Tell the worker's `run_until_idle` when this activation starts `holding`."""
-        if self.holding:
+        """Tell the worker's `run_until_idle` when this activation starts `holding`
+        (only while one is looking: nothing to work out otherwise)."""
+        if self.engine.holding is not None and self.holding:
             self.engine.held()
 
     def next_due(self) -> float | None:
